@@ -1,0 +1,1 @@
+"""Pure codecs of the arrowshuffle format: index sidecar, manifest, checksums, errors."""

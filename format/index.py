@@ -1,0 +1,525 @@
+"""Encode and decode the index sidecar (format v1). Pure: bytes in, objects out.
+
+The byte layout is normative in ``spec.md`` ("Index sidecar"). In short::
+
+    header (96 B) | schema | partitioner JSON | region table | subpartition CRC table
+    | entries (subpartition-major, 32 B each) | trailer (16 B)
+
+Entries are stored subpartition-major, so the entries of subpartitions ``[a, b)`` are one
+contiguous byte range, and each subpartition's block of entries has its own CRC32C in the
+subpartition CRC table: a reader fetches the header, the metadata and only its slice.
+"""
+
+from __future__ import annotations
+
+import json
+import struct
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from arrowshuffle.format.crc import crc32c
+from arrowshuffle.format.errors import (
+    ChecksumMismatchError,
+    CorruptFileError,
+    FormatError,
+    UnsupportedVersionError,
+)
+
+INDEX_MAGIC = b"ASHUFIDX"
+TRAILER_MAGIC = b"ASHUFEND"
+FORMAT_VERSION_MAJOR = 1
+FORMAT_VERSION_MINOR = 0
+HEADER_SIZE = 96
+TRAILER_SIZE = 16
+ALIGNMENT = 8
+
+#: Required flags: a reader that does not know a set bit must refuse the file. None in v1.
+KNOWN_REQUIRED_FLAGS = 0
+#: Optional flags, bits 0-1: the body compression the writer asked for (informational).
+COMPRESSION_BITS = {"none": 0, "lz4": 1, "zstd": 2}
+COMPRESSION_MASK = 0b11
+#: Region flag bit 0: a broadcast region, one chunk that every subpartition's entry points at.
+REGION_BROADCAST = 1
+
+ENTRY_DTYPE = np.dtype(
+    [
+        ("offset", "<u8"),
+        ("length", "<u8"),
+        ("rows", "<u8"),
+        ("batches", "<u4"),
+        ("crc32c", "<u4"),
+    ]
+)
+REGION_DTYPE = np.dtype(
+    [("offset", "<u8"), ("length", "<u8"), ("flags", "<u4"), ("reserved", "<u4")]
+)
+SUBPARTITION_CRC_DTYPE = np.dtype("<u4")
+
+# magic, major, minor, header size, required flags, optional flags, file id, data length,
+# index length, total rows, regions, subpartitions, schema length, partitioner length,
+# entries offset, meta CRC32C, header CRC32C.
+_HEADER = struct.Struct("<8sHHIII16sQQQIIIIQII")
+_TRAILER = struct.Struct("<II8s")
+assert _HEADER.size == HEADER_SIZE and _TRAILER.size == TRAILER_SIZE
+assert ENTRY_DTYPE.itemsize == 32 and REGION_DTYPE.itemsize == 24
+
+
+def _pad(n: int) -> int:
+    return (n + ALIGNMENT - 1) // ALIGNMENT * ALIGNMENT
+
+
+@dataclass(frozen=True)
+class IndexLayout:
+    """Byte offsets of the sections of one index, derived from its header fields."""
+
+    schema_offset: int
+    partitioner_offset: int
+    regions_offset: int
+    subpartition_crcs_offset: int
+    entries_offset: int
+    trailer_offset: int
+    index_length: int
+
+    @staticmethod
+    def compute(
+        header_size: int,
+        schema_length: int,
+        partitioner_length: int,
+        num_regions: int,
+        num_subpartitions: int,
+    ) -> IndexLayout:
+        """Lay out the sections for the given sizes (Python ints, so nothing overflows)."""
+        schema_offset = header_size
+        partitioner_offset = schema_offset + _pad(schema_length)
+        regions_offset = partitioner_offset + _pad(partitioner_length)
+        crcs_offset = regions_offset + num_regions * REGION_DTYPE.itemsize
+        entries_offset = crcs_offset + _pad(num_subpartitions * SUBPARTITION_CRC_DTYPE.itemsize)
+        trailer_offset = entries_offset + num_subpartitions * num_regions * ENTRY_DTYPE.itemsize
+        return IndexLayout(
+            schema_offset,
+            partitioner_offset,
+            regions_offset,
+            crcs_offset,
+            entries_offset,
+            trailer_offset,
+            trailer_offset + TRAILER_SIZE,
+        )
+
+    def entry_range(self, num_regions: int, start: int, stop: int) -> tuple[int, int]:
+        """Byte range ``[begin, end)`` of the entries of subpartitions ``[start, stop)``."""
+        block = num_regions * ENTRY_DTYPE.itemsize
+        return self.entries_offset + start * block, self.entries_offset + stop * block
+
+
+@dataclass(frozen=True)
+class IndexHeader:
+    """The fixed-size header of an index, as decoded (checksum already verified)."""
+
+    version: tuple[int, int]
+    required_flags: int
+    optional_flags: int
+    file_id: bytes
+    data_length: int
+    index_length: int
+    total_rows: int
+    num_regions: int
+    num_subpartitions: int
+    schema_length: int
+    partitioner_length: int
+    meta_crc32c: int
+    layout: IndexLayout
+
+    @property
+    def compression(self) -> str:
+        """The body compression the writer used: ``none``, ``lz4`` or ``zstd``."""
+        bits = self.optional_flags & COMPRESSION_MASK
+        for name, value in COMPRESSION_BITS.items():
+            if value == bits:
+                return name
+        return "unknown"
+
+
+@dataclass(frozen=True)
+class IndexMeta:
+    """The variable-size metadata that follows the header."""
+
+    schema: pa.Schema
+    partitioner: dict[str, Any]
+    regions: np.ndarray = field(repr=False)  # REGION_DTYPE, one per region
+    subpartition_crcs: np.ndarray = field(repr=False)  # uint32, one per subpartition
+
+
+@dataclass(frozen=True)
+class ShuffleIndex:
+    """A whole decoded index.
+
+    ``entries`` has shape ``(num_subpartitions, num_regions)`` and dtype :data:`ENTRY_DTYPE`.
+    """
+
+    header: IndexHeader
+    meta: IndexMeta
+    entries: np.ndarray = field(repr=False)
+
+    @property
+    def schema(self) -> pa.Schema:
+        """The Arrow schema of the data file."""
+        return self.meta.schema
+
+    @property
+    def num_regions(self) -> int:
+        """Number of regions in the data file."""
+        return self.header.num_regions
+
+    @property
+    def num_subpartitions(self) -> int:
+        """Number of subpartitions every region is split into."""
+        return self.header.num_subpartitions
+
+    @property
+    def broadcast_regions(self) -> np.ndarray:
+        """Boolean mask over regions: True where the region is a broadcast region."""
+        return (self.meta.regions["flags"] & REGION_BROADCAST) != 0
+
+
+def schema_to_bytes(schema: pa.Schema) -> bytes:
+    """Serialize an Arrow schema as an encapsulated IPC schema message."""
+    return schema.serialize().to_pybytes()
+
+
+def schema_from_bytes(data: bytes | memoryview, *, rule: str = "V7") -> pa.Schema:
+    """Decode an encapsulated IPC schema message, or raise :class:`CorruptFileError`."""
+    try:
+        return pa.ipc.read_schema(pa.py_buffer(data))
+    except (pa.ArrowInvalid, pa.ArrowIOError, pa.ArrowNotImplementedError) as exc:
+        raise CorruptFileError(
+            f"the schema section is not an Arrow IPC schema message: {exc}", rule=rule
+        ) from exc
+
+
+def encode_partitioner(spec: dict[str, Any]) -> bytes:
+    """Canonical JSON bytes for a partitioner spec (sorted keys, no spaces)."""
+    return json.dumps(spec, sort_keys=True, separators=(",", ":")).encode()
+
+
+def encode_index(
+    *,
+    schema: pa.Schema,
+    partitioner: dict[str, Any],
+    file_id: bytes,
+    data_length: int,
+    regions: np.ndarray,
+    entries: np.ndarray,
+    compression: str = "none",
+) -> bytes:
+    """Encode an index sidecar.
+
+    Args:
+        schema: the data file's Arrow schema.
+        partitioner: the partitioner spec (JSON-serializable).
+        file_id: 16 bytes that also stand in the data file's footer metadata.
+        data_length: size of the data file in bytes.
+        regions: array of :data:`REGION_DTYPE`, one per region.
+        entries: array of :data:`ENTRY_DTYPE` with shape ``(num_subpartitions, num_regions)``.
+        compression: the body compression of the data file's batches.
+
+    Returns:
+        The complete index bytes.
+    """
+    if len(file_id) != 16:
+        raise ValueError(f"file_id must be 16 bytes, got {len(file_id)}")
+    entries = np.ascontiguousarray(entries, dtype=ENTRY_DTYPE)
+    num_subpartitions, num_regions = entries.shape
+    if len(regions) != num_regions:
+        raise ValueError(f"{len(regions)} regions but entries have {num_regions} columns")
+    schema_bytes = schema_to_bytes(schema)
+    partitioner_bytes = encode_partitioner(partitioner)
+    layout = IndexLayout.compute(
+        HEADER_SIZE, len(schema_bytes), len(partitioner_bytes), num_regions, num_subpartitions
+    )
+    out = bytearray(layout.index_length)
+    out[layout.schema_offset : layout.schema_offset + len(schema_bytes)] = schema_bytes
+    out[layout.partitioner_offset : layout.partitioner_offset + len(partitioner_bytes)] = (
+        partitioner_bytes
+    )
+    region_bytes = np.ascontiguousarray(regions, dtype=REGION_DTYPE).tobytes()
+    out[layout.regions_offset : layout.regions_offset + len(region_bytes)] = region_bytes
+    block = num_regions * ENTRY_DTYPE.itemsize
+    entry_bytes = entries.tobytes()
+    crcs = np.array(
+        [crc32c(entry_bytes[s * block : (s + 1) * block]) for s in range(num_subpartitions)],
+        dtype=SUBPARTITION_CRC_DTYPE,
+    )
+    crc_bytes = crcs.tobytes()
+    out[layout.subpartition_crcs_offset : layout.subpartition_crcs_offset + len(crc_bytes)] = (
+        crc_bytes
+    )
+    out[layout.entries_offset : layout.trailer_offset] = entry_bytes
+    meta_crc = crc32c(bytes(out[HEADER_SIZE : layout.entries_offset]))
+    total_rows = int(_logical_rows(entries, regions))
+    header_without_crc = _HEADER.pack(
+        INDEX_MAGIC,
+        FORMAT_VERSION_MAJOR,
+        FORMAT_VERSION_MINOR,
+        HEADER_SIZE,
+        0,
+        COMPRESSION_BITS[compression],
+        file_id,
+        data_length,
+        layout.index_length,
+        total_rows,
+        num_regions,
+        num_subpartitions,
+        len(schema_bytes),
+        len(partitioner_bytes),
+        layout.entries_offset,
+        meta_crc,
+        0,
+    )
+    header_crc = crc32c(header_without_crc[:-4])
+    out[:HEADER_SIZE] = header_without_crc[:-4] + struct.pack("<I", header_crc)
+    index_crc = crc32c(bytes(out[: layout.trailer_offset]))
+    out[layout.trailer_offset :] = _TRAILER.pack(index_crc, 0, TRAILER_MAGIC)
+    return bytes(out)
+
+
+def _logical_rows(entries: np.ndarray, regions: np.ndarray) -> int:
+    """Rows stored in the data file: a broadcast region's chunk counts once."""
+    if entries.size == 0:
+        return 0
+    broadcast = (np.asarray(regions["flags"]) & REGION_BROADCAST) != 0
+    per_region = entries["rows"].sum(axis=0, dtype=np.uint64)
+    if broadcast.any():
+        per_region = per_region.copy()
+        per_region[broadcast] = entries["rows"][0, broadcast]
+    return int(per_region.sum(dtype=np.uint64))
+
+
+def decode_header(data: bytes | memoryview, *, object_size: int | None = None) -> IndexHeader:
+    """Decode and check the fixed header from the first bytes of an index.
+
+    Args:
+        data: at least the first :data:`HEADER_SIZE` bytes of the index.
+        object_size: the index object's real size, when known; it must equal the declared
+            index length (a shorter object is truncated, a longer one has trailing garbage).
+
+    Raises:
+        FormatError: rule V1 (magic), V2 (version or flags), V3 (header checksum) or V4
+            (sizes that do not add up).
+    """
+    view = memoryview(data)
+    if len(view) < HEADER_SIZE:
+        raise CorruptFileError(
+            f"index is {len(view)} bytes, shorter than the {HEADER_SIZE}-byte header", rule="V4"
+        )
+    if bytes(view[:8]) != INDEX_MAGIC:
+        raise FormatError(
+            f"not an arrowshuffle index: expected magic {INDEX_MAGIC!r}, found {bytes(view[:8])!r}",
+            rule="V1",
+        )
+    fields = _HEADER.unpack(view[:HEADER_SIZE])
+    (
+        _magic,
+        major,
+        minor,
+        header_size,
+        required_flags,
+        optional_flags,
+        file_id,
+        data_length,
+        index_length,
+        total_rows,
+        num_regions,
+        num_subpartitions,
+        schema_length,
+        partitioner_length,
+        entries_offset,
+        meta_crc,
+        header_crc,
+    ) = fields
+    if major != FORMAT_VERSION_MAJOR:
+        raise UnsupportedVersionError(
+            f"index format version {major}.{minor} is not supported: this reader reads "
+            f"version {FORMAT_VERSION_MAJOR}.x; "
+            + ("upgrade arrowshuffle" if major > FORMAT_VERSION_MAJOR else "the file is invalid"),
+            rule="V2",
+        )
+    actual_crc = crc32c(view[: HEADER_SIZE - 4].tobytes())
+    if actual_crc != header_crc:
+        raise ChecksumMismatchError(
+            f"header checksum mismatch: stored {header_crc:#010x}, computed {actual_crc:#010x}",
+            rule="V3",
+        )
+    unknown = required_flags & ~KNOWN_REQUIRED_FLAGS
+    if unknown:
+        raise UnsupportedVersionError(
+            f"index sets required flags {unknown:#x} that this reader does not know; "
+            "upgrade arrowshuffle",
+            rule="V2",
+        )
+    if header_size < HEADER_SIZE:
+        raise CorruptFileError(
+            f"header size field is {header_size}, expected at least {HEADER_SIZE}", rule="V4"
+        )
+    if num_subpartitions < 1:
+        raise CorruptFileError("header declares 0 subpartitions, expected at least 1", rule="V4")
+    layout = IndexLayout.compute(
+        header_size, schema_length, partitioner_length, num_regions, num_subpartitions
+    )
+    if layout.entries_offset != entries_offset or layout.index_length != index_length:
+        raise CorruptFileError(
+            f"header sizes do not add up: declared entries offset {entries_offset} and length "
+            f"{index_length}, computed {layout.entries_offset} and {layout.index_length}",
+            rule="V4",
+        )
+    if object_size is not None and object_size != index_length:
+        what = "truncated" if object_size < index_length else "longer than declared"
+        raise CorruptFileError(
+            f"index is {what}: header declares {index_length} bytes, found {object_size}",
+            rule="V4",
+        )
+    return IndexHeader(
+        version=(major, minor),
+        required_flags=required_flags,
+        optional_flags=optional_flags,
+        file_id=bytes(file_id),
+        data_length=data_length,
+        index_length=index_length,
+        total_rows=total_rows,
+        num_regions=num_regions,
+        num_subpartitions=num_subpartitions,
+        schema_length=schema_length,
+        partitioner_length=partitioner_length,
+        meta_crc32c=meta_crc,
+        layout=layout,
+    )
+
+
+def decode_meta(header: IndexHeader, data: bytes | memoryview) -> IndexMeta:
+    """Decode the metadata sections from the index prefix ``[0, entries_offset)``.
+
+    Raises:
+        FormatError: V4 if ``data`` is short, V5 on a checksum mismatch, V7 if the schema or
+            the partitioner spec does not decode.
+    """
+    layout = header.layout
+    view = memoryview(data)
+    if len(view) < layout.entries_offset:
+        raise CorruptFileError(
+            f"index metadata is truncated: need {layout.entries_offset} bytes, found {len(view)}",
+            rule="V4",
+        )
+    meta_bytes = view[HEADER_SIZE : layout.entries_offset].tobytes()
+    actual = crc32c(meta_bytes)
+    if actual != header.meta_crc32c:
+        raise ChecksumMismatchError(
+            f"metadata checksum mismatch: stored {header.meta_crc32c:#010x}, "
+            f"computed {actual:#010x}",
+            rule="V5",
+        )
+    schema = schema_from_bytes(
+        view[layout.schema_offset : layout.schema_offset + header.schema_length]
+    )
+    raw_partitioner = view[
+        layout.partitioner_offset : layout.partitioner_offset + header.partitioner_length
+    ].tobytes()
+    try:
+        partitioner = json.loads(raw_partitioner)
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise CorruptFileError(f"partitioner spec is not JSON: {exc}", rule="V7") from exc
+    if not isinstance(partitioner, dict) or not isinstance(partitioner.get("name"), str):
+        raise CorruptFileError(
+            f"partitioner spec must be a JSON object with a 'name', found {raw_partitioner[:80]!r}",
+            rule="V7",
+        )
+    regions = np.frombuffer(
+        view[layout.regions_offset : layout.subpartition_crcs_offset],
+        dtype=REGION_DTYPE,
+    )
+    crcs = np.frombuffer(
+        view[
+            layout.subpartition_crcs_offset : layout.subpartition_crcs_offset
+            + header.num_subpartitions * SUBPARTITION_CRC_DTYPE.itemsize
+        ],
+        dtype=SUBPARTITION_CRC_DTYPE,
+    )
+    return IndexMeta(schema=schema, partitioner=partitioner, regions=regions, subpartition_crcs=crcs)
+
+
+def decode_entries(
+    header: IndexHeader, meta: IndexMeta, data: bytes | memoryview, start: int, stop: int
+) -> np.ndarray:
+    """Decode the entries of subpartitions ``[start, stop)`` from exactly their byte slice.
+
+    Returns:
+        An array of shape ``(stop - start, num_regions)`` and dtype :data:`ENTRY_DTYPE`.
+
+    Raises:
+        FormatError: V4 if the slice has the wrong size, V6 if a block's checksum differs.
+    """
+    if not 0 <= start <= stop <= header.num_subpartitions:
+        raise ValueError(
+            f"subpartition range [{start}, {stop}) outside [0, {header.num_subpartitions})"
+        )
+    block = header.num_regions * ENTRY_DTYPE.itemsize
+    view = memoryview(data)
+    expected = (stop - start) * block
+    if len(view) != expected:
+        raise CorruptFileError(
+            f"entry slice for subpartitions [{start}, {stop}) is {len(view)} bytes, "
+            f"expected {expected}",
+            rule="V4",
+        )
+    for s in range(start, stop):
+        offset = (s - start) * block
+        actual = crc32c(view[offset : offset + block].tobytes())
+        stored = int(meta.subpartition_crcs[s])
+        if actual != stored:
+            raise ChecksumMismatchError(
+                f"entries of subpartition {s}: stored checksum {stored:#010x}, "
+                f"computed {actual:#010x}",
+                rule="V6",
+            )
+    return np.frombuffer(view, dtype=ENTRY_DTYPE).reshape(stop - start, header.num_regions)
+
+
+def decode_index(data: bytes | memoryview) -> ShuffleIndex:
+    """Decode and check a complete index (header, metadata, every entry, the trailer).
+
+    Raises:
+        FormatError: for any broken structural rule (V1-V7); see ``spec.md``.
+    """
+    view = memoryview(data)
+    header = decode_header(view, object_size=len(view))
+    trailer_at = header.layout.trailer_offset
+    index_crc, _reserved, magic = _TRAILER.unpack(view[trailer_at : trailer_at + TRAILER_SIZE])
+    if magic != TRAILER_MAGIC:
+        raise CorruptFileError(
+            f"index trailer magic: expected {TRAILER_MAGIC!r}, found {magic!r}", rule="V1"
+        )
+    actual = crc32c(view[:trailer_at].tobytes())
+    if actual != index_crc:
+        raise ChecksumMismatchError(
+            f"index checksum mismatch: stored {index_crc:#010x}, computed {actual:#010x}",
+            rule="V6",
+        )
+    meta = decode_meta(header, view)
+    entries = decode_entries(
+        header,
+        meta,
+        view[header.layout.entries_offset : trailer_at],
+        0,
+        header.num_subpartitions,
+    )
+    return ShuffleIndex(header=header, meta=meta, entries=entries)
+
+
+def index_checksum(data: bytes | memoryview) -> int:
+    """The whole-index CRC32C stored in an index's trailer (what a manifest records)."""
+    view = memoryview(data)
+    if len(view) < TRAILER_SIZE:
+        raise CorruptFileError(f"index is {len(view)} bytes, too short for a trailer", rule="V4")
+    crc, _reserved, _magic = _TRAILER.unpack(view[-TRAILER_SIZE:])
+    return int(crc)

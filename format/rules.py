@@ -1,0 +1,166 @@
+"""The numbered validation rules of ``spec.md`` and the pure checks of a decoded index.
+
+Rules V1-V7 are enforced while decoding (:mod:`arrowshuffle.format.index` raises); V8-V12 are
+checked here on a decoded index; V13-V19 need the data file and live with the readers.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from arrowshuffle.format.index import ShuffleIndex
+
+RULES: dict[str, str] = {
+    "V1": "the index starts with the magic ASHUFIDX and ends with the trailer magic ASHUFEND",
+    "V2": "the major format version is supported and no unknown required flag is set",
+    "V3": "the header CRC32C matches the header",
+    "V4": "the section sizes add up and the index object has exactly the declared length",
+    "V5": "the metadata CRC32C matches the schema, partitioner, region and CRC tables",
+    "V6": "every subpartition's entry block and the whole index match their CRC32Cs",
+    "V7": "the schema is an Arrow IPC schema message and the partitioner spec a JSON object",
+    "V8": "every chunk lies inside the data file",
+    "V9": "in a regular region, chunks are contiguous in ascending subpartition order and "
+    "fill the region; regions are in ascending order and do not overlap",
+    "V10": "in a broadcast region, every subpartition's entry is the region's single chunk",
+    "V11": "a chunk has no batches exactly when it has no bytes, and rows only with batches",
+    "V12": "the header's total row count equals the rows of the entries",
+    "V13": "the data file is an Arrow IPC file of exactly the length the index declares",
+    "V14": "the data file carries the index's file id (the two belong together)",
+    "V15": "the data file's schema equals the index's schema",
+    "V16": "every chunk's bytes match the chunk's CRC32C (deep)",
+    "V17": "every chunk decodes into its declared batches and rows with the file's schema (deep)",
+    "V18": "the data file holds exactly the indexed batches and rows (deep)",
+    "V19": "every row lies in the subpartition its partitioner assigns it (deep)",
+}
+
+
+@dataclass(frozen=True)
+class Violation:
+    """One broken rule, with a message that names what was expected and what was found."""
+
+    rule: str
+    message: str
+
+    def __str__(self) -> str:
+        return f"[{self.rule}] {self.message}"
+
+
+def _first(mask: np.ndarray) -> tuple[int, ...]:
+    return tuple(int(i) for i in np.argwhere(mask)[0])
+
+
+def check_index(index: ShuffleIndex) -> list[Violation]:
+    """Check rules V8-V12 on a decoded index. Vectorized; returns every rule broken once."""
+    found: list[Violation] = []
+    entries = index.entries
+    regions = index.meta.regions
+    data_length = index.header.data_length
+    if entries.size:
+        ends = entries["offset"].astype(np.uint64) + entries["length"]
+        past = (ends > data_length) | (entries["offset"] > data_length)
+        if past.any():
+            s, r = _first(past)
+            found.append(
+                Violation(
+                    "V8",
+                    f"chunk (region {r}, subpartition {s}) ends at byte {int(ends[s, r])}, "
+                    f"past the data file's {data_length} bytes",
+                )
+            )
+    found.extend(_check_region_layout(index))
+    if entries.size:
+        has_bytes = entries["length"] > 0
+        has_batches = entries["batches"] > 0
+        bad = (has_bytes != has_batches) | ((entries["rows"] > 0) & ~has_batches)
+        if bad.any():
+            s, r = _first(bad)
+            e = entries[s, r]
+            found.append(
+                Violation(
+                    "V11",
+                    f"chunk (region {r}, subpartition {s}) has {int(e['length'])} bytes, "
+                    f"{int(e['batches'])} batches and {int(e['rows'])} rows",
+                )
+            )
+    broadcast = index.broadcast_regions
+    rows = entries["rows"].sum(axis=0, dtype=np.uint64) if entries.size else np.zeros(0)
+    if entries.size and broadcast.any():
+        rows = rows.copy()
+        rows[broadcast] = entries["rows"][0, broadcast]
+    total = int(np.sum(rows, dtype=np.uint64))
+    if total != index.header.total_rows:
+        found.append(
+            Violation(
+                "V12",
+                f"header declares {index.header.total_rows} rows, the entries hold {total}",
+            )
+        )
+    return found
+
+
+def _check_region_layout(index: ShuffleIndex) -> list[Violation]:
+    found: list[Violation] = []
+    entries = index.entries
+    regions = index.meta.regions
+    if len(regions) == 0:
+        return found
+    region_ends = regions["offset"] + regions["length"]
+    overlap = regions["offset"][1:] < region_ends[:-1]
+    if overlap.any():
+        r = int(np.argmax(overlap)) + 1
+        found.append(
+            Violation(
+                "V9",
+                f"region {r} starts at byte {int(regions['offset'][r])}, before region {r - 1} "
+                f"ends at byte {int(region_ends[r - 1])}",
+            )
+        )
+    broadcast = index.broadcast_regions
+    regular = ~broadcast
+    if regular.any():
+        e = entries[:, regular]
+        starts = e["offset"]
+        lengths = e["length"]
+        expected_starts = regions["offset"][regular][None, :] + np.concatenate(
+            [np.zeros((1, e.shape[1]), dtype=np.uint64), np.cumsum(lengths, axis=0)[:-1]]
+        )
+        misplaced = starts != expected_starts
+        if misplaced.any():
+            s, col = _first(misplaced)
+            r = int(np.flatnonzero(regular)[col])
+            found.append(
+                Violation(
+                    "V9",
+                    f"chunk (region {r}, subpartition {s}) starts at byte {int(starts[s, col])}, "
+                    f"expected {int(expected_starts[s, col])} (right after the previous chunk)",
+                )
+            )
+        filled = lengths.sum(axis=0, dtype=np.uint64) != regions["length"][regular]
+        if filled.any():
+            col = int(np.argmax(filled))
+            r = int(np.flatnonzero(regular)[col])
+            found.append(
+                Violation(
+                    "V9",
+                    f"region {r} is {int(regions['length'][r])} bytes, its chunks add up to "
+                    f"{int(lengths[:, col].sum())}",
+                )
+            )
+    if broadcast.any():
+        b = entries[:, broadcast]
+        reg = regions[broadcast]
+        mismatch = (b != b[0:1, :]).any(axis=0) | (b[0]["offset"] != reg["offset"]) | (
+            b[0]["length"] != reg["length"]
+        )
+        if mismatch.any():
+            r = int(np.flatnonzero(broadcast)[int(np.argmax(mismatch))])
+            found.append(
+                Violation(
+                    "V10",
+                    f"broadcast region {r}: expected every subpartition's entry to be the "
+                    "region's single chunk, found differing entries",
+                )
+            )
+    return found

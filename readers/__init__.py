@@ -1,0 +1,1 @@
+"""Readers of shuffle files and datasets: planning, fetching and decoding."""

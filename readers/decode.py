@@ -1,0 +1,62 @@
+"""Decode fetched chunk bytes into record batches, checking them against their entries."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pyarrow as pa
+
+from arrowshuffle.format.crc import crc32c
+from arrowshuffle.format.errors import ChecksumMismatchError, CorruptFileError
+from arrowshuffle.readers.plan import ChunkRange
+
+
+def verify_chunks(buffer: pa.Buffer, base: int, chunk_range: ChunkRange, url: str) -> None:
+    """Check the CRC32C of every chunk of ``chunk_range`` inside ``buffer`` (rule V16).
+
+    ``buffer`` holds the file's bytes from offset ``base`` on.
+    """
+    for offset, length, stored, _batches in chunk_range.chunks:
+        actual = crc32c(buffer.slice(offset - base, length))
+        if actual != stored:
+            raise ChecksumMismatchError(
+                f"{url}: chunk at bytes [{offset}, {offset + length}) of region "
+                f"{chunk_range.region}: stored CRC32C {stored:#010x}, computed {actual:#010x}",
+                rule="V16",
+            )
+
+
+def decode_range(
+    buffer: pa.Buffer, chunk_range: ChunkRange, schema: pa.Schema, url: str
+) -> list[pa.RecordBatch]:
+    """Decode the record batches of one chunk range from exactly its bytes (rule V17)."""
+    reader = pa.BufferReader(buffer)
+    batches = []
+    rows = 0
+    try:
+        for _ in range(chunk_range.batches):
+            message = pa.ipc.read_message(reader)
+            batch = pa.ipc.read_record_batch(message, schema)
+            rows += batch.num_rows
+            batches.append(batch)
+    except (pa.ArrowInvalid, pa.ArrowIOError, pa.ArrowNotImplementedError, OSError) as exc:
+        raise CorruptFileError(
+            f"{url}: region {chunk_range.region}, subpartitions "
+            f"[{chunk_range.start}, {chunk_range.stop}): expected {chunk_range.batches} record "
+            f"batches, decoding batch {len(batches)} failed: {exc}",
+            rule="V17",
+        ) from exc
+    if rows != chunk_range.rows or reader.tell() != buffer.size:
+        raise CorruptFileError(
+            f"{url}: region {chunk_range.region}, subpartitions "
+            f"[{chunk_range.start}, {chunk_range.stop}): expected {chunk_range.rows} rows in "
+            f"{buffer.size} bytes, decoded {rows} rows from {reader.tell()} bytes",
+            rule="V17",
+        )
+    return batches
+
+
+def repeat(batches: list[pa.RecordBatch], times: int) -> Iterator[pa.RecordBatch]:
+    """Hand out the same (immutable, zero-copy) batches ``times`` times."""
+    for _ in range(times):
+        yield from batches

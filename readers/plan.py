@@ -1,0 +1,187 @@
+"""Read planning: which byte ranges of a data file serve a set of subpartitions.
+
+Pure (no IO). For every region, a contiguous run of subpartitions ``[a, b)`` is one byte range
+from the start of ``a``'s chunk to the end of ``b - 1``'s chunk, because chunks are contiguous in
+subpartition order. A broadcast region's single chunk is planned once however many
+subpartitions ask for it. Ranges are then sorted by offset and ranges closer than ``max_gap``
+are merged into fetch blocks of at most ``max_block`` bytes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from arrowshuffle.format.errors import InvalidOptionError
+
+DEFAULT_MAX_GAP = 256 * 1024
+DEFAULT_MAX_BLOCK = 32 * 1024 * 1024
+
+Subpartitions = int | range | Sequence[int] | Iterable[int]
+
+
+def subpartition_runs(subpartitions: Subpartitions, num_subpartitions: int) -> list[range]:
+    """Normalize a subpartition selection into sorted, disjoint, contiguous runs.
+
+    ``subpartitions`` is an int, a ``range`` or any iterable of ints. Duplicates are dropped and
+    the result is in ascending order.
+
+    Raises:
+        InvalidOptionError: for ids outside ``[0, num_subpartitions)`` or non-integers.
+    """
+    if isinstance(subpartitions, bool):
+        raise InvalidOptionError(f"subpartitions must be integers, found {subpartitions!r}")
+    if isinstance(subpartitions, (int, np.integer)):
+        ids = np.array([int(subpartitions)], dtype=np.int64)
+    elif isinstance(subpartitions, range) and subpartitions.step == 1:
+        if len(subpartitions) == 0:
+            return []
+        ids = np.array([subpartitions.start, subpartitions.stop - 1], dtype=np.int64)
+        _check_bounds(ids, num_subpartitions)
+        return [subpartitions]
+    else:
+        values = list(subpartitions)
+        if not all(
+            isinstance(v, (int, np.integer)) and not isinstance(v, bool) for v in values
+        ):
+            raise InvalidOptionError(
+                f"subpartitions must be integers, found {values[:5]!r}"
+            )
+        ids = np.unique(np.array(values, dtype=np.int64))
+    if ids.size == 0:
+        return []
+    _check_bounds(ids, num_subpartitions)
+    breaks = np.flatnonzero(np.diff(ids) != 1) + 1
+    return [range(int(run[0]), int(run[-1]) + 1) for run in np.split(ids, breaks)]
+
+
+def _check_bounds(ids: np.ndarray, num_subpartitions: int) -> None:
+    bad = ids[(ids < 0) | (ids >= num_subpartitions)]
+    if bad.size:
+        raise InvalidOptionError(
+            f"subpartition {int(bad[0])} does not exist: the file has subpartitions "
+            f"0..{num_subpartitions - 1}"
+        )
+
+
+@dataclass(frozen=True)
+class ChunkRange:
+    """The chunks of subpartitions ``[start, stop)`` in one region: one byte range.
+
+    ``repeat`` is how many times the decoded batches are handed out: a broadcast chunk serves
+    every subpartition of the run, so it is read once and repeated ``stop - start`` times.
+    ``chunks`` lists ``(offset, length, crc32c, batches)`` of each non-empty chunk, for checks.
+    """
+
+    region: int
+    start: int
+    stop: int
+    offset: int
+    length: int
+    rows: int
+    batches: int
+    repeat: int
+    broadcast: bool
+    chunks: tuple[tuple[int, int, int, int], ...] = field(repr=False)
+
+    @property
+    def end(self) -> int:
+        """One past the last byte."""
+        return self.offset + self.length
+
+
+@dataclass(frozen=True)
+class FetchBlock:
+    """One ranged read that covers one or more chunk ranges (merged when close together)."""
+
+    offset: int
+    end: int
+    ranges: tuple[ChunkRange, ...]
+
+
+def plan_run(
+    entries: np.ndarray, broadcast: np.ndarray, run: range
+) -> list[ChunkRange]:
+    """Plan the chunk ranges of one contiguous run, region by region.
+
+    Args:
+        entries: the entries of exactly the subpartitions of ``run``, shape ``(len(run), R)``.
+        broadcast: boolean mask over the ``R`` regions.
+        run: the subpartitions.
+    """
+    out: list[ChunkRange] = []
+    if entries.shape[1] == 0:
+        return out
+    lengths = entries["length"].sum(axis=0, dtype=np.uint64)
+    rows = entries["rows"].sum(axis=0, dtype=np.uint64)
+    batches = entries["batches"].sum(axis=0, dtype=np.uint64)
+    for r in np.flatnonzero(lengths > 0):
+        r = int(r)
+        if broadcast[r]:
+            e = entries[0, r]
+            out.append(
+                ChunkRange(
+                    r, run.start, run.stop, int(e["offset"]), int(e["length"]), int(e["rows"]),
+                    int(e["batches"]), len(run), True,
+                    ((int(e["offset"]), int(e["length"]), int(e["crc32c"]), int(e["batches"])),),
+                )
+            )
+            continue
+        column = entries[:, r]
+        present = column[column["length"] > 0]
+        out.append(
+            ChunkRange(
+                r, run.start, run.stop, int(column[0]["offset"]), int(lengths[r]),
+                int(rows[r]), int(batches[r]), 1, False,
+                tuple(
+                    (int(c["offset"]), int(c["length"]), int(c["crc32c"]), int(c["batches"]))
+                    for c in present
+                ),
+            )
+        )
+    return out
+
+
+def dedupe_broadcast(ranges: list[ChunkRange]) -> list[ChunkRange]:
+    """Fold ranges that read the same broadcast chunk into one, adding up their repeats."""
+    first: dict[int, int] = {}
+    out: list[ChunkRange] = []
+    for cr in ranges:
+        if cr.broadcast and cr.offset in first:
+            i = first[cr.offset]
+            out[i] = dataclasses.replace(out[i], repeat=out[i].repeat + cr.repeat)
+            continue
+        if cr.broadcast:
+            first[cr.offset] = len(out)
+        out.append(cr)
+    return out
+
+
+def coalesce(
+    ranges: Iterable[ChunkRange],
+    *,
+    max_gap: int = DEFAULT_MAX_GAP,
+    max_block: int = DEFAULT_MAX_BLOCK,
+) -> list[FetchBlock]:
+    """Sort chunk ranges by offset and merge neighbours into fetch blocks.
+
+    Two ranges merge when the gap between them is at most ``max_gap`` bytes and the merged
+    block stays within ``max_block`` bytes (a single larger range stays a block of its own).
+    """
+    blocks: list[FetchBlock] = []
+    current: list[ChunkRange] = []
+    start = end = 0
+    for cr in sorted(ranges, key=lambda c: c.offset):
+        if current and cr.offset - end <= max_gap and max(end, cr.end) - start <= max_block:
+            current.append(cr)
+            end = max(end, cr.end)
+            continue
+        if current:
+            blocks.append(FetchBlock(start, end, tuple(current)))
+        current, start, end = [cr], cr.offset, cr.end
+    if current:
+        blocks.append(FetchBlock(start, end, tuple(current)))
+    return blocks

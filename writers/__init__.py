@@ -1,0 +1,1 @@
+"""Writers of shuffle files and datasets: sort buffer, regions, commit."""

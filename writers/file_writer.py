@@ -1,0 +1,424 @@
+"""The region-sorted shuffle file writer.
+
+Rows gather in a :class:`~arrowshuffle.writers.sort_buffer.SortBuffer` bounded by a memory
+budget. When the next batch would overflow the budget, the buffer is emitted as one region: for
+every subpartition in order, its rows as a contiguous run of record batches (a chunk). The data
+file is a plain Arrow IPC file; the index sidecar is written after it, and both appear under
+their final names only when the writer closes without error.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from dataclasses import dataclass
+from types import TracebackType
+from typing import Any, Protocol
+
+import numpy as np
+import pyarrow as pa
+
+from arrowshuffle._storage import INDEX_SUFFIX, AtomicOutput, Location, remove_quietly, resolve
+from arrowshuffle.format.errors import InvalidOptionError, SchemaMismatchError
+from arrowshuffle.format.index import (
+    COMPRESSION_BITS,
+    ENTRY_DTYPE,
+    REGION_BROADCAST,
+    REGION_DTYPE,
+    encode_index,
+    index_checksum,
+)
+from arrowshuffle.format.units import parse_bytes
+from arrowshuffle.writers.sink import ChecksummingSink
+from arrowshuffle.writers.sort_buffer import SortBuffer, rebatch
+
+#: Footer metadata key of the data file that carries the index's file id (rule V14).
+FILE_ID_KEY = b"arrowshuffle.file_id"
+DEFAULT_MEMORY = 64 * 1024 * 1024
+DEFAULT_MAX_BATCH_ROWS = 64 * 1024
+
+
+class Partitioner(Protocol):
+    """What a writer needs of a partitioner: row ids, a spec to store, a broadcast flag."""
+
+    @property
+    def broadcast(self) -> bool:
+        """True when every row goes to every subpartition (stored once)."""
+
+    def spec(self) -> dict[str, Any]:
+        """The JSON-serializable description stored in the index and the manifest."""
+
+    def assign(self, batch: pa.RecordBatch) -> np.ndarray:
+        """The subpartition of every row of ``batch``."""
+
+
+@dataclass(frozen=True)
+class WrittenFile:
+    """What a closed writer published."""
+
+    data_url: str
+    index_url: str
+    data_size: int
+    index_size: int
+    rows: int
+    regions: int
+    index_crc32c: int
+
+
+def check_schema(schema: pa.Schema) -> pa.Schema:
+    """Refuse schemas the format cannot store (dictionary-encoded fields)."""
+    for field in schema:
+        if _has_dictionary(field.type):
+            raise SchemaMismatchError(
+                f"field {field.name!r} has dictionary type {field.type}; arrowshuffle files hold "
+                "plain values: cast it to its value type first"
+            )
+    return schema
+
+
+def _has_dictionary(t: pa.DataType) -> bool:
+    if pa.types.is_dictionary(t):
+        return True
+    return any(_has_dictionary(t.field(i).type) for i in range(t.num_fields))
+
+
+def normalize_compression(compression: str | None) -> str:
+    """Map ``None``/``"uncompressed"`` to ``"none"`` and check the codec name."""
+    name = (compression or "none").lower()
+    name = {"uncompressed": "none", "lz4_frame": "lz4"}.get(name, name)
+    if name not in COMPRESSION_BITS:
+        raise InvalidOptionError(
+            f"compression must be one of none, lz4, zstd; found {compression!r}"
+        )
+    return name
+
+
+class ShuffleFileWriter:
+    """Write one shuffle file: an Arrow IPC data file and its index sidecar.
+
+    Use it as a context manager: the pair is published only when the block exits cleanly; after
+    an exception nothing is left under the final names or temporary ones.
+
+    Args:
+        path: the data file (local path or fsspec URL); the index is ``path + ".idx"``.
+        schema: the Arrow schema of every batch written.
+        num_subpartitions: how many subpartitions each region is split into.
+        memory: the sort buffer's budget in bytes, or a string such as ``"256MiB"``.
+        max_batch_rows: the most rows in one record batch of the data file.
+        compression: Arrow IPC body compression, ``"none"``, ``"lz4"`` or ``"zstd"``.
+        partitioner: assigns rows to subpartitions when :meth:`write` gets no ids.
+        storage_options: passed to fsspec for URLs.
+
+    Example:
+        >>> with ShuffleFileWriter("part-0.arrow", schema, 8) as w:  # doctest: +SKIP
+        ...     w.write(batch, subpartitions=ids)
+    """
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        schema: pa.Schema,
+        num_subpartitions: int,
+        *,
+        memory: int | str = DEFAULT_MEMORY,
+        max_batch_rows: int = DEFAULT_MAX_BATCH_ROWS,
+        compression: str | None = "none",
+        partitioner: Partitioner | None = None,
+        storage_options: dict[str, Any] | None = None,
+    ) -> None:
+        if isinstance(num_subpartitions, bool) or not isinstance(num_subpartitions, int):
+            raise InvalidOptionError(
+                f"num_subpartitions must be an integer, found {num_subpartitions!r}"
+            )
+        if not 1 <= num_subpartitions <= 2**31 - 1:
+            raise InvalidOptionError(
+                f"num_subpartitions must be between 1 and 2**31-1, found {num_subpartitions}"
+            )
+        if isinstance(max_batch_rows, bool) or not isinstance(max_batch_rows, int) or (
+            max_batch_rows < 1
+        ):
+            raise InvalidOptionError(
+                f"max_batch_rows must be a positive integer, found {max_batch_rows!r}"
+            )
+        self.schema = check_schema(schema)
+        self.num_subpartitions = num_subpartitions
+        self.max_batch_rows = max_batch_rows
+        self.compression = normalize_compression(compression)
+        self._budget = parse_bytes(memory, name="memory")
+        self._partitioner = partitioner
+        self._location: Location = resolve(path, storage_options)
+        self._file_id = uuid.uuid4().bytes
+        self._buffer = SortBuffer(num_subpartitions)
+        self._broadcast = SortBuffer(1)
+        self._regions: list[tuple[int, int, int]] = []  # (offset, length, flags)
+        self._entries: list[np.ndarray] = []  # one (num_subpartitions,) array per region
+        self._rows = 0
+        self._closed = False
+        self._data = AtomicOutput(self._location)
+        try:
+            self._sink = ChecksummingSink(self._data.file)
+            options = pa.ipc.IpcWriteOptions(
+                compression=None if self.compression == "none" else self.compression
+            )
+            self._ipc = pa.ipc.new_file(
+                pa.PythonFile(self._sink, mode="w"),
+                self.schema,
+                options=options,
+                metadata={FILE_ID_KEY: self._file_id.hex().encode()},
+            )
+            # The IPC writer writes magic, padding and the schema message before the first batch.
+            self._header_end = 8 + self.schema.serialize().size
+        except BaseException:
+            self._data.discard()
+            raise
+
+    # ------------------------------------------------------------------ writing
+
+    @property
+    def location(self) -> Location:
+        """Where the data file is published."""
+        return self._location
+
+    @property
+    def buffered_bytes(self) -> int:
+        """Bytes held in the sort buffer and not yet written."""
+        return self._buffer.nbytes + self._broadcast.nbytes
+
+    @property
+    def num_regions(self) -> int:
+        """Regions emitted so far."""
+        return len(self._regions)
+
+    def memory_budget(self) -> int:
+        """How many bytes the sort buffer may hold before it emits a region."""
+        return self._budget
+
+    def write(
+        self,
+        data: pa.RecordBatch | pa.Table,
+        subpartitions: Any = None,
+    ) -> None:
+        """Add rows. ``subpartitions`` gives each row's subpartition (an integer array).
+
+        Without ``subpartitions`` the writer's partitioner assigns them; a broadcast
+        partitioner stores the rows once for every subpartition.
+
+        Raises:
+            InvalidOptionError: ids of the wrong length or outside ``[0, num_subpartitions)``.
+            SchemaMismatchError: data whose schema differs from the writer's.
+        """
+        self._check_open()
+        batches, ids = self._split_input(data, subpartitions)
+        offset = 0
+        for batch in batches:
+            if ids is not None:
+                batch_ids = ids[offset : offset + batch.num_rows]
+                offset += batch.num_rows
+            elif self._partitioner is None:
+                raise InvalidOptionError(
+                    "write() needs subpartitions=ids when the writer has no partitioner"
+                )
+            elif self._partitioner.broadcast:
+                self._add_broadcast(batch)
+                continue
+            else:
+                batch_ids = self._check_ids(self._partitioner.assign(batch), batch.num_rows)
+            self._add(batch, batch_ids)
+
+    def write_broadcast(self, data: pa.RecordBatch | pa.Table) -> None:
+        """Add rows that every subpartition receives; they are stored once."""
+        self._check_open()
+        batches, _ = self._split_input(data, None)
+        for batch in batches:
+            self._add_broadcast(batch)
+
+    def _add(self, batch: pa.RecordBatch, ids: np.ndarray) -> None:
+        if self._broadcast:
+            self._emit_broadcast_region()
+        if self._buffer and self._buffer.nbytes + batch.nbytes > self.memory_budget():
+            self._emit_region()
+        self._buffer.add(batch, ids)
+        self._rows += batch.num_rows
+
+    def _add_broadcast(self, batch: pa.RecordBatch) -> None:
+        if self._buffer:
+            self._emit_region()
+        if self._broadcast and self._broadcast.nbytes + batch.nbytes > self.memory_budget():
+            self._emit_broadcast_region()
+        self._broadcast.add(batch, np.zeros(batch.num_rows, dtype=np.int64))
+        self._rows += batch.num_rows
+
+    def _split_input(
+        self, data: pa.RecordBatch | pa.Table, subpartitions: Any
+    ) -> tuple[list[pa.RecordBatch], np.ndarray | None]:
+        if isinstance(data, pa.Table):
+            batches = data.to_batches()
+            num_rows = data.num_rows
+        elif isinstance(data, pa.RecordBatch):
+            batches = [data]
+            num_rows = data.num_rows
+        else:
+            raise InvalidOptionError(
+                f"write() takes a pyarrow RecordBatch or Table, found {type(data).__name__}"
+            )
+        if not data.schema.equals(self.schema, check_metadata=False):
+            raise SchemaMismatchError(
+                f"batch schema differs from the writer's schema: expected {self.schema}, "
+                f"found {data.schema}"
+            )
+        ids = None if subpartitions is None else self._check_ids(subpartitions, num_rows)
+        return batches, ids
+
+    def _check_ids(self, subpartitions: Any, num_rows: int) -> np.ndarray:
+        if isinstance(subpartitions, (pa.Array, pa.ChunkedArray)):
+            if subpartitions.null_count:
+                raise InvalidOptionError("subpartition ids must not contain nulls")
+            subpartitions = subpartitions.to_numpy()
+        ids = np.asarray(subpartitions)
+        if ids.ndim != 1 or len(ids) != num_rows:
+            raise InvalidOptionError(
+                f"expected one subpartition id per row ({num_rows}), found shape {ids.shape}"
+            )
+        if ids.dtype.kind not in "iu":
+            raise InvalidOptionError(f"subpartition ids must be integers, found dtype {ids.dtype}")
+        if len(ids):
+            low, high = int(ids.min()), int(ids.max())
+            if low < 0 or high >= self.num_subpartitions:
+                bad = low if low < 0 else high
+                raise InvalidOptionError(
+                    f"subpartition id {bad} is outside [0, {self.num_subpartitions})"
+                )
+        return ids.astype(np.int64, copy=False)
+
+    # ------------------------------------------------------------------ regions
+
+    def flush_region(self) -> None:
+        """Emit buffered rows as a region now (the writer also does this when memory is full)."""
+        self._check_open()
+        self._emit_region()
+        self._emit_broadcast_region()
+
+    def _write_chunk(self, slices: list[pa.RecordBatch]) -> tuple[int, int, int, int, int]:
+        """Write one chunk; return (offset, length, rows, batches, crc32c)."""
+        start = max(self._sink.position, self._header_end)
+        self._sink.begin_chunk(start)
+        rows = batches = 0
+        for batch in rebatch(slices, self.max_batch_rows):
+            self._ipc.write_batch(batch)
+            rows += batch.num_rows
+            batches += 1
+        if batches == 0:
+            return start, 0, 0, 0, 0
+        return start, self._sink.position - start, rows, batches, self._sink.chunk_crc32c
+
+    def _emit_region(self) -> None:
+        if not self._buffer:
+            return
+        entries = np.zeros(self.num_subpartitions, dtype=ENTRY_DTYPE)
+        region_start: int | None = None
+        for s, slices in self._buffer.chunks():
+            entries[s] = self._write_chunk(slices)
+            if region_start is None:
+                region_start = int(entries[s]["offset"])
+        assert region_start is not None
+        self._regions.append((region_start, self._sink.position - region_start, 0))
+        self._entries.append(entries)
+
+    def _emit_broadcast_region(self) -> None:
+        if not self._broadcast:
+            return
+        ((_, slices),) = list(self._broadcast.chunks())
+        chunk = self._write_chunk(slices)
+        entries = np.zeros(self.num_subpartitions, dtype=ENTRY_DTYPE)
+        entries[:] = chunk
+        self._regions.append((chunk[0], chunk[1], REGION_BROADCAST))
+        self._entries.append(entries)
+
+    # ------------------------------------------------------------------ closing
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise InvalidOptionError("the writer is closed")
+
+    def close(self) -> WrittenFile:
+        """Write what is buffered, the IPC footer and the index; publish data, then index.
+
+        Returns:
+            What was published: URLs, sizes, rows, regions and the index checksum.
+        """
+        self._check_open()
+        self._closed = True
+        index_out: AtomicOutput | None = None
+        try:
+            self._emit_region()
+            self._emit_broadcast_region()
+            self._ipc.close()
+            data_size = self._sink.position
+            region_table = np.array(
+                [(offset, length, flags, 0) for offset, length, flags in self._regions],
+                dtype=REGION_DTYPE,
+            )
+            entries = (
+                np.stack(self._entries, axis=1)
+                if self._entries
+                else np.zeros((self.num_subpartitions, 0), dtype=ENTRY_DTYPE)
+            )
+            index_bytes = encode_index(
+                schema=self.schema,
+                partitioner=self._partitioner.spec() if self._partitioner else {"name": "explicit"},
+                file_id=self._file_id,
+                data_length=data_size,
+                regions=region_table,
+                entries=entries,
+                compression=self.compression,
+            )
+            index_location = self._location.sibling(INDEX_SUFFIX)
+            index_out = AtomicOutput(index_location)
+            index_out.file.write(index_bytes)
+            self._data.commit()
+            try:
+                index_out.commit()
+            except BaseException:
+                remove_quietly(self._location)
+                raise
+        except BaseException:
+            self._discard(index_out)
+            raise
+        return WrittenFile(
+            data_url=self._location.url,
+            index_url=index_location.url,
+            data_size=data_size,
+            index_size=len(index_bytes),
+            rows=self._rows,
+            regions=len(self._regions),
+            index_crc32c=index_checksum(index_bytes),
+        )
+
+    def abort(self) -> None:
+        """Drop everything written; nothing stays visible."""
+        if self._closed:
+            return
+        self._closed = True
+        self._discard(None)
+
+    def _discard(self, index_out: AtomicOutput | None) -> None:
+        self._buffer.clear()
+        self._broadcast.clear()
+        if index_out is not None:
+            index_out.discard()
+        self._data.discard()
+
+    def __enter__(self) -> ShuffleFileWriter:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if exc_type is None:
+            if not self._closed:
+                self.close()
+        else:
+            self.abort()

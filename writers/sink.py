@@ -1,0 +1,71 @@
+"""A write-only stream for pyarrow's IPC writer that tracks position and chunk checksums."""
+
+from __future__ import annotations
+
+from typing import IO, Any
+
+from arrowshuffle.format.crc import crc32c
+
+
+class ChecksummingSink:
+    """Pass bytes through to ``raw`` while counting them and checksumming the current chunk.
+
+    pyarrow writes a record batch as several ``write`` calls that all finish before
+    ``write_batch`` returns, so the position between two batches is exact. The IPC writer emits
+    the file header lazily, inside the first ``write_batch``; :meth:`begin_chunk` therefore takes
+    the position the chunk will start at and bytes before it stay out of the checksum.
+    """
+
+    def __init__(self, raw: IO[bytes]) -> None:
+        self._raw = raw
+        self.position = 0
+        self._chunk_start = 0
+        self._crc = 0
+        self.closed = False
+
+    def begin_chunk(self, start: int) -> None:
+        """Start a new chunk checksum that covers bytes from ``start`` on."""
+        self._chunk_start = start
+        self._crc = 0
+
+    @property
+    def chunk_crc32c(self) -> int:
+        """CRC32C of the bytes written since the current chunk started."""
+        return self._crc
+
+    def write(self, data: Any) -> int:
+        """Write ``data`` through, updating position and the chunk checksum."""
+        view = memoryview(data)
+        n = view.nbytes
+        skip = self._chunk_start - self.position
+        if skip <= 0:
+            self._crc = crc32c(data, self._crc)
+        elif skip < n:
+            self._crc = crc32c(view.cast("B")[skip:], self._crc)
+        self._raw.write(data)
+        self.position += n
+        return n
+
+    def tell(self) -> int:
+        """Bytes written so far."""
+        return self.position
+
+    def writable(self) -> bool:
+        """Always True: this is a write-only stream."""
+        return True
+
+    def seekable(self) -> bool:
+        """Always False: the IPC writer must only append."""
+        return False
+
+    def readable(self) -> bool:
+        """Always False: this is a write-only stream."""
+        return False
+
+    def flush(self) -> None:
+        """Flush the wrapped stream."""
+        self._raw.flush()
+
+    def close(self) -> None:
+        """Mark closed; the owner closes the wrapped stream (it decides commit or discard)."""
+        self.closed = True

@@ -1,0 +1,91 @@
+"""The in-memory sort buffer of a writer: rows grouped by subpartition, bounded in bytes.
+
+Each incoming batch is stably sorted by subpartition once, on arrival (one vectorized ``take``),
+and its per-subpartition row counts are kept. Emitting a region then walks subpartitions in
+order and gathers zero-copy slices of the buffered batches: no second copy of the buffer is
+ever made, which keeps peak memory at the buffer plus one output batch.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+import numpy as np
+import pyarrow as pa
+
+
+@dataclass
+class SortBuffer:
+    """Batches sorted by subpartition, waiting to be written as one region."""
+
+    num_subpartitions: int
+    batches: list[pa.RecordBatch] = field(default_factory=list)
+    counts: list[np.ndarray] = field(default_factory=list)
+    nbytes: int = 0
+    rows: int = 0
+
+    def add(self, batch: pa.RecordBatch, subpartitions: np.ndarray) -> None:
+        """Add a batch whose row ``i`` belongs to subpartition ``subpartitions[i]``."""
+        if batch.num_rows == 0:
+            return
+        counts = np.bincount(subpartitions, minlength=self.num_subpartitions)
+        if not np.all(subpartitions[1:] >= subpartitions[:-1]):
+            order = np.argsort(subpartitions, kind="stable")
+            batch = batch.take(pa.array(order))
+        self.batches.append(batch)
+        self.counts.append(counts)
+        self.nbytes += batch.nbytes
+        self.rows += batch.num_rows
+
+    def __bool__(self) -> bool:
+        return bool(self.batches)
+
+    def chunks(self) -> Iterator[tuple[int, list[pa.RecordBatch]]]:
+        """Yield ``(subpartition, slices)`` for every subpartition in order, then empty it.
+
+        Slices are zero-copy views of the buffered batches in arrival order; a subpartition
+        with no rows yields an empty list.
+        """
+        if not self.batches:
+            return
+        counts = np.stack(self.counts)  # (batches, subpartitions)
+        starts = np.cumsum(counts, axis=1) - counts
+        batches = self.batches
+        for s in range(self.num_subpartitions):
+            present = np.flatnonzero(counts[:, s])
+            yield s, [batches[k].slice(int(starts[k, s]), int(counts[k, s])) for k in present]
+        self.clear()
+
+    def clear(self) -> None:
+        """Drop every buffered batch."""
+        self.batches = []
+        self.counts = []
+        self.nbytes = 0
+        self.rows = 0
+
+
+def rebatch(slices: list[pa.RecordBatch], max_rows: int) -> Iterator[pa.RecordBatch]:
+    """Regroup consecutive slices into batches of at most ``max_rows`` rows, in order.
+
+    Small slices are concatenated so that batches are large enough to compress well; a slice
+    larger than ``max_rows`` is cut. Only the rows of one output batch are copied at a time.
+    """
+    pending: list[pa.RecordBatch] = []
+    pending_rows = 0
+    for piece in slices:
+        offset = 0
+        while offset < piece.num_rows:
+            take = min(piece.num_rows - offset, max_rows - pending_rows)
+            pending.append(piece.slice(offset, take) if take < piece.num_rows else piece)
+            pending_rows += take
+            offset += take
+            if pending_rows == max_rows:
+                yield _combine(pending)
+                pending, pending_rows = [], 0
+    if pending:
+        yield _combine(pending)
+
+
+def _combine(pieces: list[pa.RecordBatch]) -> pa.RecordBatch:
+    return pieces[0] if len(pieces) == 1 else pa.concat_batches(pieces)
