@@ -54,7 +54,9 @@ def _join_url(url: str, name: str) -> str:
     return url.rstrip("/") + "/" + name
 
 
-def resolve(path: str | os.PathLike[str], storage_options: dict[str, Any] | None = None) -> Location:
+def resolve(
+    path: str | os.PathLike[str], storage_options: dict[str, Any] | None = None
+) -> Location:
     """Turn a local path or an fsspec URL (``s3://bucket/key``) into a :class:`Location`."""
     if isinstance(path, os.PathLike):
         path = os.fspath(path)

@@ -181,12 +181,13 @@ class ShuffleIndex:
     @property
     def broadcast_regions(self) -> np.ndarray:
         """Boolean mask over regions: True where the region is a broadcast region."""
-        return (self.meta.regions["flags"] & REGION_BROADCAST) != 0
+        mask: np.ndarray = (self.meta.regions["flags"] & REGION_BROADCAST) != 0
+        return mask
 
 
 def schema_to_bytes(schema: pa.Schema) -> bytes:
     """Serialize an Arrow schema as an encapsulated IPC schema message."""
-    return schema.serialize().to_pybytes()
+    return bytes(schema.serialize().to_pybytes())
 
 
 def schema_from_bytes(data: bytes | memoryview, *, rule: str = "V7") -> pa.Schema:
@@ -445,7 +446,9 @@ def decode_meta(header: IndexHeader, data: bytes | memoryview) -> IndexMeta:
         ],
         dtype=SUBPARTITION_CRC_DTYPE,
     )
-    return IndexMeta(schema=schema, partitioner=partitioner, regions=regions, subpartition_crcs=crcs)
+    return IndexMeta(
+        schema=schema, partitioner=partitioner, regions=regions, subpartition_crcs=crcs
+    )
 
 
 def decode_entries(

@@ -79,8 +79,10 @@ def encode_manifest(manifest: Manifest) -> bytes:
 
 def _require(doc: dict[str, Any], key: str, kind: type | tuple[type, ...], where: str) -> Any:
     value = doc.get(key)
-    if not isinstance(value, kind) or isinstance(value, bool) and kind is not bool:
-        expected = kind.__name__ if isinstance(kind, type) else " or ".join(k.__name__ for k in kind)
+    if not isinstance(value, kind) or (isinstance(value, bool) and kind is not bool):
+        expected = (
+            kind.__name__ if isinstance(kind, type) else " or ".join(k.__name__ for k in kind)
+        )
         raise CorruptFileError(
             f"manifest {where}: expected '{key}' to be {expected}, found {value!r:.80}", rule="M1"
         )

@@ -55,7 +55,6 @@ def check_index(index: ShuffleIndex) -> list[Violation]:
     """Check rules V8-V12 on a decoded index. Vectorized; returns every rule broken once."""
     found: list[Violation] = []
     entries = index.entries
-    regions = index.meta.regions
     data_length = index.header.data_length
     if entries.size:
         ends = entries["offset"].astype(np.uint64) + entries["length"]
@@ -151,8 +150,10 @@ def _check_region_layout(index: ShuffleIndex) -> list[Violation]:
     if broadcast.any():
         b = entries[:, broadcast]
         reg = regions[broadcast]
-        mismatch = (b != b[0:1, :]).any(axis=0) | (b[0]["offset"] != reg["offset"]) | (
-            b[0]["length"] != reg["length"]
+        mismatch = (
+            (b != b[0:1, :]).any(axis=0)
+            | (b[0]["offset"] != reg["offset"])
+            | (b[0]["length"] != reg["length"])
         )
         if mismatch.any():
             r = int(np.flatnonzero(broadcast)[int(np.argmax(mismatch))])

@@ -44,12 +44,8 @@ def subpartition_runs(subpartitions: Subpartitions, num_subpartitions: int) -> l
         return [subpartitions]
     else:
         values = list(subpartitions)
-        if not all(
-            isinstance(v, (int, np.integer)) and not isinstance(v, bool) for v in values
-        ):
-            raise InvalidOptionError(
-                f"subpartitions must be integers, found {values[:5]!r}"
-            )
+        if not all(isinstance(v, (int, np.integer)) and not isinstance(v, bool) for v in values):
+            raise InvalidOptionError(f"subpartitions must be integers, found {values[:5]!r}")
         ids = np.unique(np.array(values, dtype=np.int64))
     if ids.size == 0:
         return []
@@ -102,9 +98,7 @@ class FetchBlock:
     ranges: tuple[ChunkRange, ...]
 
 
-def plan_run(
-    entries: np.ndarray, broadcast: np.ndarray, run: range
-) -> list[ChunkRange]:
+def plan_run(entries: np.ndarray, broadcast: np.ndarray, run: range) -> list[ChunkRange]:
     """Plan the chunk ranges of one contiguous run, region by region.
 
     Args:
@@ -118,14 +112,20 @@ def plan_run(
     lengths = entries["length"].sum(axis=0, dtype=np.uint64)
     rows = entries["rows"].sum(axis=0, dtype=np.uint64)
     batches = entries["batches"].sum(axis=0, dtype=np.uint64)
-    for r in np.flatnonzero(lengths > 0):
-        r = int(r)
+    for r in map(int, np.flatnonzero(lengths > 0)):
         if broadcast[r]:
             e = entries[0, r]
             out.append(
                 ChunkRange(
-                    r, run.start, run.stop, int(e["offset"]), int(e["length"]), int(e["rows"]),
-                    int(e["batches"]), len(run), True,
+                    r,
+                    run.start,
+                    run.stop,
+                    int(e["offset"]),
+                    int(e["length"]),
+                    int(e["rows"]),
+                    int(e["batches"]),
+                    len(run),
+                    True,
                     ((int(e["offset"]), int(e["length"]), int(e["crc32c"]), int(e["batches"])),),
                 )
             )
@@ -134,8 +134,15 @@ def plan_run(
         present = column[column["length"] > 0]
         out.append(
             ChunkRange(
-                r, run.start, run.stop, int(column[0]["offset"]), int(lengths[r]),
-                int(rows[r]), int(batches[r]), 1, False,
+                r,
+                run.start,
+                run.stop,
+                int(column[0]["offset"]),
+                int(lengths[r]),
+                int(rows[r]),
+                int(batches[r]),
+                1,
+                False,
                 tuple(
                     (int(c["offset"]), int(c["length"]), int(c["crc32c"]), int(c["batches"]))
                     for c in present

@@ -134,8 +134,10 @@ class ShuffleFileWriter:
             raise InvalidOptionError(
                 f"num_subpartitions must be between 1 and 2**31-1, found {num_subpartitions}"
             )
-        if isinstance(max_batch_rows, bool) or not isinstance(max_batch_rows, int) or (
-            max_batch_rows < 1
+        if (
+            isinstance(max_batch_rows, bool)
+            or not isinstance(max_batch_rows, int)
+            or (max_batch_rows < 1)
         ):
             raise InvalidOptionError(
                 f"max_batch_rows must be a positive integer, found {max_batch_rows!r}"
