@@ -156,6 +156,8 @@ class ShuffleFileWriter:
         self._entries: list[np.ndarray] = []  # one (num_subpartitions,) array per region
         self._rows = 0
         self._closed = False
+        #: What :meth:`close` published (set once the writer has closed cleanly).
+        self.written: WrittenFile | None = None
         self._data = AtomicOutput(self._location)
         try:
             self._sink = ChecksummingSink(self._data.file)
@@ -386,7 +388,7 @@ class ShuffleFileWriter:
         except BaseException:
             self._discard(index_out)
             raise
-        return WrittenFile(
+        self.written = WrittenFile(
             data_url=self._location.url,
             index_url=index_location.url,
             data_size=data_size,
@@ -395,6 +397,7 @@ class ShuffleFileWriter:
             regions=len(self._regions),
             index_crc32c=index_checksum(index_bytes),
         )
+        return self.written
 
     def abort(self) -> None:
         """Drop everything written; nothing stays visible."""

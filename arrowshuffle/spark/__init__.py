@@ -1,0 +1,1 @@
+"""Spark integration: the arrowshuffle Python data source (imports pyspark lazily)."""

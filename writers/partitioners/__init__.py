@@ -1,0 +1,1 @@
+"""Partitioners: assign every row of a batch to a subpartition, vectorized."""
