@@ -35,6 +35,8 @@ FORMAT_VERSION_MINOR = 0
 HEADER_SIZE = 96
 TRAILER_SIZE = 16
 ALIGNMENT = 8
+#: The most subpartitions a file may have (a signed 32-bit count, as in Spark and Flink).
+MAX_SUBPARTITIONS = 2**31 - 1
 
 #: Required flags: a reader that does not know a set bit must refuse the file. None in v1.
 KNOWN_REQUIRED_FLAGS = 0
@@ -193,11 +195,27 @@ def schema_to_bytes(schema: pa.Schema) -> bytes:
 def schema_from_bytes(data: bytes | memoryview, *, rule: str = "V7") -> pa.Schema:
     """Decode an encapsulated IPC schema message, or raise :class:`CorruptFileError`."""
     try:
-        return pa.ipc.read_schema(pa.py_buffer(data))
+        schema = pa.ipc.read_schema(pa.py_buffer(data))
     except (pa.ArrowInvalid, pa.ArrowIOError, pa.ArrowNotImplementedError) as exc:
         raise CorruptFileError(
             f"the schema section is not an Arrow IPC schema message: {exc}", rule=rule
         ) from exc
+    try:
+        _touch_names(schema)
+    except UnicodeDecodeError as exc:
+        raise CorruptFileError(
+            f"the schema has a field name that is not UTF-8: {exc}", rule=rule
+        ) from exc
+    return schema
+
+
+def _touch_names(schema: pa.Schema) -> None:
+    """Decode every field name, nested ones too (pyarrow decodes them lazily)."""
+    pending = [schema.field(i) for i in range(len(schema))]
+    while pending:
+        field = pending.pop()
+        _ = field.name
+        pending.extend(field.type.field(i) for i in range(field.type.num_fields))
 
 
 def encode_partitioner(spec: dict[str, Any]) -> bytes:
@@ -311,14 +329,15 @@ def decode_header(data: bytes | memoryview, *, object_size: int | None = None) -
             (sizes that do not add up).
     """
     view = memoryview(data)
-    if len(view) < HEADER_SIZE:
-        raise CorruptFileError(
-            f"index is {len(view)} bytes, shorter than the {HEADER_SIZE}-byte header", rule="V4"
-        )
-    if bytes(view[:8]) != INDEX_MAGIC:
+    # A short prefix of the magic is a truncated index; anything else is a foreign file.
+    if not INDEX_MAGIC.startswith(bytes(view[:8])) or (len(view) >= 8 and view[:8] != INDEX_MAGIC):
         raise FormatError(
             f"not an arrowshuffle index: expected magic {INDEX_MAGIC!r}, found {bytes(view[:8])!r}",
             rule="V1",
+        )
+    if len(view) < HEADER_SIZE:
+        raise CorruptFileError(
+            f"index is {len(view)} bytes, shorter than the {HEADER_SIZE}-byte header", rule="V4"
         )
     fields = _HEADER.unpack(view[:HEADER_SIZE])
     (
@@ -360,12 +379,17 @@ def decode_header(data: bytes | memoryview, *, object_size: int | None = None) -
             "upgrade arrowshuffle",
             rule="V2",
         )
-    if header_size < HEADER_SIZE:
+    if header_size < HEADER_SIZE or header_size % ALIGNMENT:
         raise CorruptFileError(
-            f"header size field is {header_size}, expected at least {HEADER_SIZE}", rule="V4"
+            f"header size field is {header_size}, expected a multiple of {ALIGNMENT} of at "
+            f"least {HEADER_SIZE}",
+            rule="V4",
         )
-    if num_subpartitions < 1:
-        raise CorruptFileError("header declares 0 subpartitions, expected at least 1", rule="V4")
+    if not 1 <= num_subpartitions <= MAX_SUBPARTITIONS:
+        raise CorruptFileError(
+            f"header declares {num_subpartitions} subpartitions, expected 1 to {MAX_SUBPARTITIONS}",
+            rule="V4",
+        )
     layout = IndexLayout.compute(
         header_size, schema_length, partitioner_length, num_regions, num_subpartitions
     )
@@ -495,8 +519,18 @@ def decode_index(data: bytes | memoryview) -> ShuffleIndex:
         FormatError: for any broken structural rule (V1-V7); see ``spec.md``.
     """
     view = memoryview(data)
+    # Same order as a ranged reader: header, metadata, entry blocks, then the whole-index
+    # checksum, so that a damaged byte is reported under the same rule locally and remotely.
     header = decode_header(view, object_size=len(view))
     trailer_at = header.layout.trailer_offset
+    meta = decode_meta(header, view)
+    entries = decode_entries(
+        header,
+        meta,
+        view[header.layout.entries_offset : trailer_at],
+        0,
+        header.num_subpartitions,
+    )
     index_crc, _reserved, magic = _TRAILER.unpack(view[trailer_at : trailer_at + TRAILER_SIZE])
     if magic != TRAILER_MAGIC:
         raise CorruptFileError(
@@ -508,14 +542,6 @@ def decode_index(data: bytes | memoryview) -> ShuffleIndex:
             f"index checksum mismatch: stored {index_crc:#010x}, computed {actual:#010x}",
             rule="V6",
         )
-    meta = decode_meta(header, view)
-    entries = decode_entries(
-        header,
-        meta,
-        view[header.layout.entries_offset : trailer_at],
-        0,
-        header.num_subpartitions,
-    )
     return ShuffleIndex(header=header, meta=meta, entries=entries)
 
 

@@ -97,7 +97,8 @@ def _check_name(name: str, where: str) -> str:
         or "\\" in name
         or name.startswith("/")
         or "://" in name
-        or normal.startswith("..")
+        or normal == ".."
+        or normal.startswith("../")
         or normal != name
     ):
         raise FormatError(
@@ -148,6 +149,11 @@ def decode_manifest(data: bytes) -> Manifest:
         )
     partitioner = _require(doc, "partitioner", dict, "header")
     properties = doc.get("properties") or {}
+    if not isinstance(properties, dict):
+        raise CorruptFileError(
+            f"manifest header: expected 'properties' to be an object, found {properties!r:.80}",
+            rule="M1",
+        )
     files = []
     for i, entry in enumerate(_require(doc, "files", list, "header")):
         where = f"file #{i}"

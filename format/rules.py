@@ -57,18 +57,22 @@ def check_index(index: ShuffleIndex) -> list[Violation]:
     entries = index.entries
     data_length = index.header.data_length
     if entries.size:
-        ends = entries["offset"].astype(np.uint64) + entries["length"]
-        past = (ends > data_length) | (entries["offset"] > data_length)
+        offsets = entries["offset"]
+        lengths = entries["length"]
+        # Compare without computing offset + length, which could wrap around in uint64.
+        past = (offsets > data_length) | (lengths > data_length - np.minimum(offsets, data_length))
         if past.any():
             s, r = _first(past)
+            end = int(offsets[s, r]) + int(lengths[s, r])
             found.append(
                 Violation(
                     "V8",
-                    f"chunk (region {r}, subpartition {s}) ends at byte {int(ends[s, r])}, "
+                    f"chunk (region {r}, subpartition {s}) ends at byte {end}, "
                     f"past the data file's {data_length} bytes",
                 )
             )
-    found.extend(_check_region_layout(index))
+    if not found:  # a chunk outside the file already says the layout is broken
+        found.extend(_check_region_layout(index))
     if entries.size:
         has_bytes = entries["length"] > 0
         has_batches = entries["batches"] > 0
@@ -105,15 +109,28 @@ def _check_region_layout(index: ShuffleIndex) -> list[Violation]:
     regions = index.meta.regions
     if len(regions) == 0:
         return found
-    region_ends = regions["offset"] + regions["length"]
-    overlap = regions["offset"][1:] < region_ends[:-1]
+    starts = regions["offset"]
+    lengths = regions["length"]
+    data_length = index.header.data_length
+    outside = (starts > data_length) | (lengths > data_length - np.minimum(starts, data_length))
+    if outside.any():
+        r = int(np.argmax(outside))
+        found.append(
+            Violation(
+                "V8",
+                f"region {r} ends at byte {int(starts[r]) + int(lengths[r])}, past the data "
+                f"file's {data_length} bytes",
+            )
+        )
+        return found  # the byte arithmetic below assumes regions inside the file
+    overlap = starts[1:] < starts[:-1] + lengths[:-1]
     if overlap.any():
         r = int(np.argmax(overlap)) + 1
         found.append(
             Violation(
                 "V9",
-                f"region {r} starts at byte {int(regions['offset'][r])}, before region {r - 1} "
-                f"ends at byte {int(region_ends[r - 1])}",
+                f"region {r} starts at byte {int(starts[r])}, before region {r - 1} "
+                f"ends at byte {int(starts[r - 1]) + int(lengths[r - 1])}",
             )
         )
     broadcast = index.broadcast_regions

@@ -1,0 +1,334 @@
+"""The ``arrowshuffle`` command: validate, inspect and read shuffle files.
+
+Exit status: 0 when everything is valid, 1 when a file breaks a rule of the format, 2 for a
+usage error or a storage problem. Errors are one line on stderr, never a traceback (set
+``ARROWSHUFFLE_DEBUG=1`` to see one).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import sys
+import uuid
+from collections.abc import Iterator, Sequence
+from typing import Any, Protocol, TextIO
+
+import pyarrow as pa
+
+import arrowshuffle
+from arrowshuffle._storage import INDEX_SUFFIX
+from arrowshuffle.format.errors import ArrowShuffleError, FormatError, InvalidOptionError
+from arrowshuffle.readers.file_reader import open_file
+from arrowshuffle.readers.layout import layout_summary
+from arrowshuffle.readers.validate import ValidationReport, validate_file
+
+EXIT_OK = 0
+EXIT_INVALID = 1
+EXIT_ERROR = 2
+#: Output formats of ``read``, by file extension.
+OUTPUT_FORMATS = {".arrow": "arrow", ".parquet": "parquet", ".csv": "csv"}
+
+
+class _UsageError(Exception):
+    """A command line that names something impossible (exit status 2)."""
+
+
+# ---------------------------------------------------------------------- argument parsing
+
+
+def _storage_option(text: str) -> tuple[str, Any]:
+    """Parse ``KEY=VALUE``; a VALUE that is JSON (true, 3, {...}) is decoded, else kept."""
+    key, sep, value = text.partition("=")
+    if not sep or not key:
+        raise argparse.ArgumentTypeError(f"expected KEY=VALUE, found {text!r}")
+    try:
+        return key, json.loads(value)
+    except json.JSONDecodeError:
+        return key, value
+
+
+def parse_subpartitions(text: str) -> list[range]:
+    """Parse ``3``, ``2-7`` (inclusive) or ``1,4,9`` (and mixes such as ``1,3-5``) into ranges.
+
+    Raises:
+        InvalidOptionError: for anything else.
+    """
+    runs: list[range] = []
+    for part in text.split(","):
+        low, dash, high = part.strip().partition("-")
+        try:
+            start = int(low)
+            stop = int(high) if dash else start
+        except ValueError:
+            raise InvalidOptionError(
+                f"--subpartitions: expected a number, a range such as 2-7 or a list such as "
+                f"1,4,9; found {text!r}"
+            ) from None
+        if start < 0 or stop < start:
+            raise InvalidOptionError(
+                f"--subpartitions: {part.strip()!r} is not an ascending range of ids >= 0"
+            )
+        runs.append(range(start, stop + 1))
+    return runs
+
+
+def _selection(runs: list[range], num_subpartitions: int) -> range | list[int]:
+    """Check ``runs`` against the file before expanding them (``0-4000000000`` stays cheap)."""
+    too_big = [r for r in runs if r.stop > num_subpartitions]
+    if too_big:
+        raise InvalidOptionError(
+            f"--subpartitions: subpartition {too_big[0].stop - 1} does not exist: the file has "
+            f"subpartitions 0..{num_subpartitions - 1}"
+        )
+    if len(runs) == 1:
+        return runs[0]
+    return sorted({s for run in runs for s in run})
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser of the ``arrowshuffle`` command."""
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument(
+        "--storage-option",
+        metavar="KEY=VALUE",
+        action="append",
+        type=_storage_option,
+        default=[],
+        help="fsspec storage option for URLs (repeatable); JSON values are decoded",
+    )
+    parser = argparse.ArgumentParser(
+        prog="arrowshuffle",
+        description="Validate, inspect and read arrowshuffle files (Arrow IPC + index sidecar).",
+        epilog="Exit status: 0 valid, 1 invalid data, 2 usage or IO error.",
+    )
+    parser.add_argument(
+        "--version", action="version", version=f"%(prog)s {arrowshuffle.__version__}"
+    )
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+
+    validate = commands.add_parser(
+        "validate", parents=[common], help="check files against the format's rules"
+    )
+    validate.add_argument("paths", nargs="+", metavar="PATH", help="data files (.arrow)")
+    validate.add_argument(
+        "--deep", action="store_true", help="also read every chunk: checksums, decoding, rows"
+    )
+    validate.add_argument("--json", action="store_true", help="print a JSON list of reports")
+
+    inspect = commands.add_parser(
+        "inspect", parents=[common], help="show regions, subpartitions, sizes and skew"
+    )
+    inspect.add_argument("path", metavar="PATH", help="a data file (.arrow)")
+    inspect.add_argument("--json", action="store_true", help="print JSON")
+
+    read = commands.add_parser(
+        "read", parents=[common], help="read subpartitions into an .arrow, .parquet or .csv file"
+    )
+    read.add_argument("path", metavar="PATH", help="a data file (.arrow)")
+    read.add_argument(
+        "--subpartitions",
+        required=True,
+        metavar="IDS",
+        help="3, 2-7 (inclusive) or 1,4,9",
+    )
+    read.add_argument("--columns", metavar="A,B", help="columns to keep, in this order")
+    read.add_argument("--out", required=True, metavar="FILE", help="output .arrow/.parquet/.csv")
+    read.add_argument("--verify", action="store_true", help="check chunk checksums while reading")
+    return parser
+
+
+# ---------------------------------------------------------------------- commands
+
+
+def _validate(args: argparse.Namespace, storage: dict[str, Any], out: TextIO) -> int:
+    reports: list[dict[str, Any]] = []
+    status = EXIT_OK
+    for path in args.paths:
+        try:
+            report = validate_file(path, deep=args.deep, storage_options=storage)
+        except (ArrowShuffleError, OSError) as exc:
+            if isinstance(exc, FormatError):
+                raise  # not expected from validate_file: it reports broken rules
+            status = EXIT_ERROR
+            message = _one_line(exc) + _index_hint(path)
+            _error(f"ERROR {path}: {message}")
+            reports.append({"path": path, "ok": False, "error": message})
+            continue
+        reports.append({"path": path, **report.to_dict(), "error": None})
+        if not report.ok and status == EXIT_OK:
+            status = EXIT_INVALID
+        if not args.json:
+            print(_report_line(path, report), file=out)
+    if args.json:
+        json.dump(reports, out, indent=1)
+        out.write("\n")
+    return status
+
+
+def _index_hint(path: str) -> str:
+    if path.endswith(INDEX_SUFFIX):
+        return f" (give the data file, {path[: -len(INDEX_SUFFIX)]!r}, not its index)"
+    return ""
+
+
+def _report_line(path: str, report: ValidationReport) -> str:
+    if report.ok:
+        return f"OK {path}"
+    first, *rest = report.violations
+    more = list(dict.fromkeys(v.rule for v in rest))  # distinct, in report order
+    also = f" (more: {', '.join(more)})" if more else ""
+    return f"INVALID {path}: {_one_line(first)}{also}"
+
+
+def _inspect(args: argparse.Namespace, storage: dict[str, Any], out: TextIO) -> int:
+    with open_file(args.path, storage_options=storage) as shuffle_file:
+        summary = layout_summary(shuffle_file)
+    if args.json:
+        json.dump(summary, out, indent=1)
+        out.write("\n")
+        return EXIT_OK
+    skew = summary["skew"]
+    lines = [
+        f"file           {summary['url']}",
+        f"format         v{summary['format_version']}",
+        f"regions        {summary['regions']} ({summary['broadcast_regions']} broadcast)",
+        f"subpartitions  {summary['subpartitions']}",
+        f"rows           {summary['rows']}",
+        f"data bytes     {summary['data_bytes']}",
+        f"index bytes    {summary['index_bytes']}",
+        f"compression    {summary['compression']}",
+        f"partitioner    {json.dumps(summary['partitioner'], sort_keys=True)}",
+        "skew           " + ("n/a (no rows)" if skew is None else f"{skew:.3f} (max/mean rows)"),
+        "",
+        f"{'subpartition':>12}  {'rows':>12}  {'bytes':>14}  {'chunks':>6}",
+    ]
+    lines.extend(
+        f"{t['subpartition']:>12}  {t['rows']:>12}  {t['bytes']:>14}  {t['chunks']:>6}"
+        for t in summary["per_subpartition"]
+    )
+    print("\n".join(lines), file=out)
+    return EXIT_OK
+
+
+class _BatchWriter(Protocol):
+    def write_batch(self, batch: pa.RecordBatch) -> None: ...
+
+    def close(self) -> None: ...
+
+
+def _open_writer(kind: str, path: str, schema: pa.Schema) -> _BatchWriter:
+    writer: _BatchWriter
+    try:
+        if kind == "arrow":
+            writer = pa.ipc.new_file(path, schema)
+        elif kind == "parquet":
+            import pyarrow.parquet as pq
+
+            writer = pq.ParquetWriter(path, schema)
+        else:
+            import pyarrow.csv as pcsv
+
+            writer = pcsv.CSVWriter(path, schema)
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as exc:
+        raise _UsageError(f"cannot write this schema as {kind}: {_one_line(exc)}") from exc
+    return writer
+
+
+def _write(writer: _BatchWriter, batch: pa.RecordBatch, kind: str) -> None:
+    try:
+        writer.write_batch(batch)
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as exc:
+        raise _UsageError(f"cannot write these columns as {kind}: {_one_line(exc)}") from exc
+
+
+@contextlib.contextmanager
+def _published(path: str) -> Iterator[str]:
+    """Yield a temporary name beside ``path``; rename it to ``path`` only on success."""
+    directory, name = os.path.split(os.path.abspath(path))
+    temp = os.path.join(directory, f".{name}.{uuid.uuid4().hex}.tmp")
+    try:
+        yield temp
+        os.replace(temp, path)
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(temp)
+
+
+def _read(args: argparse.Namespace, storage: dict[str, Any], out: TextIO) -> int:
+    extension = os.path.splitext(args.out)[1].lower()
+    kind = OUTPUT_FORMATS.get(extension)
+    if kind is None:
+        raise _UsageError(
+            f"--out {args.out!r}: expected a file name ending in .arrow, .parquet or .csv, "
+            f"found {extension or 'no extension'!r}"
+        )
+    runs = parse_subpartitions(args.subpartitions)
+    columns = None if args.columns is None else [c.strip() for c in args.columns.split(",")]
+    rows = 0
+    with open_file(args.path, storage_options=storage) as shuffle_file:
+        selection = _selection(runs, shuffle_file.num_subpartitions)
+        schema = shuffle_file.schema
+        if columns is not None:
+            missing = [c for c in columns if c not in schema.names]
+            if missing:
+                raise InvalidOptionError(
+                    f"--columns: no column {missing[0]!r} in the file; its columns are "
+                    f"{schema.names}"
+                )
+            schema = pa.schema([schema.field(c) for c in columns], metadata=schema.metadata)
+        batches = shuffle_file.iter_batches(selection, columns=columns, verify=args.verify)
+        with _published(args.out) as temp:
+            writer = _open_writer(kind, temp, schema)
+            try:
+                for batch in batches:
+                    _write(writer, batch, kind)
+                    rows += batch.num_rows
+            finally:
+                writer.close()
+    print(f"wrote {rows} rows to {args.out}", file=out)
+    return EXIT_OK
+
+
+# ---------------------------------------------------------------------- entry point
+
+
+def _one_line(exc: object) -> str:
+    return " ".join(str(exc).split())
+
+
+def _error(message: str) -> None:
+    print(message, file=sys.stderr)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the ``arrowshuffle`` command and return its exit status."""
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:  # --help, --version or a usage error already printed
+        return int(exc.code or 0) if isinstance(exc.code, int) else EXIT_ERROR
+    storage = dict(args.storage_option)
+    commands = {"validate": _validate, "inspect": _inspect, "read": _read}
+    try:
+        return commands[args.command](args, storage, sys.stdout)
+    except FormatError as exc:
+        _error(f"INVALID {getattr(args, 'path', '-')}: {_one_line(exc)}")
+        return EXIT_INVALID
+    except (ArrowShuffleError, OSError, _UsageError) as exc:
+        _error(f"error: {_one_line(exc)}")
+        return EXIT_ERROR
+    except KeyboardInterrupt:
+        _error("interrupted")
+        return EXIT_ERROR
+    except Exception as exc:
+        if os.environ.get("ARROWSHUFFLE_DEBUG") == "1":
+            raise
+        _error(f"internal error: {type(exc).__name__}: {_one_line(exc)}")
+        return EXIT_ERROR
+
+
+if __name__ == "__main__":
+    sys.exit(main())

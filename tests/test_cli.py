@@ -1,0 +1,378 @@
+"""The ``arrowshuffle`` command: exit codes, one-line errors, JSON output and ``read --out``."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.csv as pcsv
+import pyarrow.parquet as pq
+import pytest
+
+import arrowshuffle
+from arrowshuffle import cli as cli_module
+from arrowshuffle.cli import main, parse_subpartitions
+from arrowshuffle.format.errors import InvalidOptionError
+
+VECTORS = Path(__file__).parent / "vectors" / "v1"
+EXPECTED: dict[str, Any] = json.loads((VECTORS / "expected.json").read_text())["vectors"]
+GOOD = str(VECTORS / "good_basic.arrow")
+BROADCAST = str(VECTORS / "good_broadcast.arrow")
+OVERLAP = str(VECTORS / "overlapping_chunks.arrow")
+CORRUPT = str(VECTORS / "corrupt_chunk_byte.arrow")
+
+
+def run(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "arrowshuffle.cli", *args],
+        capture_output=True,
+        text=True,
+        check=False,
+        env=env,
+    )
+
+
+def entry_point() -> str:
+    script = Path(sys.executable).parent / "arrowshuffle"
+    if not script.exists():
+        pytest.skip("the arrowshuffle console script is not installed in this environment")
+    return str(script)
+
+
+def no_traceback(result: subprocess.CompletedProcess[str]) -> None:
+    assert "Traceback" not in result.stderr
+    assert "Traceback" not in result.stdout
+
+
+# ---------------------------------------------------------------------- validate
+
+
+def test_validate_valid_files_exit_0() -> None:
+    result = run("validate", GOOD, BROADCAST)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines() == [f"OK {GOOD}", f"OK {BROADCAST}"]
+
+
+def test_validate_entry_point_script() -> None:
+    result = subprocess.run(
+        [entry_point(), "validate", "--deep", GOOD, OVERLAP],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert result.returncode == 1
+    assert result.stdout.splitlines()[0] == f"OK {GOOD}"
+    assert result.stdout.splitlines()[1].startswith(f"INVALID {OVERLAP}: [V9] ")
+
+
+def test_validate_deep_only_damage_needs_deep() -> None:
+    assert run("validate", CORRUPT).returncode == 0
+    deep = run("validate", "--deep", CORRUPT)
+    assert deep.returncode == 1
+    assert deep.stdout.startswith(f"INVALID {CORRUPT}: [V16] ")
+
+
+def test_validate_json_has_reports_with_numbers() -> None:
+    result = run("validate", "--json", GOOD, OVERLAP)
+    assert result.returncode == 1
+    good, bad = json.loads(result.stdout)
+    assert good["ok"] is True and good["violations"] == [] and good["error"] is None
+    assert good["summary"]["rows"] == EXPECTED["good_basic"]["total_rows"]
+    assert good["summary"]["regions"] == EXPECTED["good_basic"]["num_regions"]
+    assert good["summary"]["subpartitions"] == EXPECTED["good_basic"]["num_subpartitions"]
+    assert good["summary"]["bytes"] == Path(GOOD).stat().st_size
+    assert bad["ok"] is False and bad["violations"][0]["rule"] == "V9"
+
+
+def test_validate_missing_file_exit_2(tmp_path: Path) -> None:
+    missing = str(tmp_path / "nothing.arrow")
+    result = run("validate", GOOD, missing)
+    assert result.returncode == 2
+    assert result.stdout.splitlines() == [f"OK {GOOD}"]
+    assert result.stderr.strip().startswith(f"ERROR {missing}:")
+    assert "does not exist" in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
+    no_traceback(result)
+
+
+def test_validate_json_reports_io_errors(tmp_path: Path) -> None:
+    missing = str(tmp_path / "nothing.arrow")
+    result = run("validate", "--json", missing)
+    assert result.returncode == 2
+    (report,) = json.loads(result.stdout)
+    assert report["ok"] is False and "does not exist" in report["error"]
+
+
+def test_validate_index_path_gets_a_hint() -> None:
+    result = run("validate", GOOD + ".idx")
+    assert result.returncode == 2
+    assert f"give the data file, {GOOD!r}" in result.stderr
+    no_traceback(result)
+
+
+def test_validate_missing_index_exit_2(tmp_path: Path) -> None:
+    data = tmp_path / "lonely.arrow"
+    shutil.copyfile(GOOD, data)
+    result = run("validate", str(data))
+    assert result.returncode == 2
+    assert ".idx" in result.stderr
+    no_traceback(result)
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["validate"],
+        ["validate", "--nope", GOOD],
+        ["frobnicate", GOOD],
+        ["inspect"],
+        ["read", GOOD, "--out", "x.arrow"],
+        ["validate", "--storage-option", "novalue", GOOD],
+        [],
+    ],
+    ids=["no-path", "bad-flag", "bad-command", "inspect-no-path", "read-no-ids", "bad-kv", "none"],
+)
+def test_usage_errors_exit_2_without_traceback(args: list[str]) -> None:
+    result = run(*args)
+    assert result.returncode == 2
+    assert "usage:" in result.stderr
+    no_traceback(result)
+
+
+def test_version() -> None:
+    result = run("--version")
+    assert result.returncode == 0
+    assert result.stdout.strip() == f"arrowshuffle {arrowshuffle.__version__}"
+
+
+# ---------------------------------------------------------------------- inspect
+
+
+def test_inspect_json_numbers_match_the_vector() -> None:
+    result = run("inspect", "--json", BROADCAST)
+    assert result.returncode == 0, result.stderr
+    summary = json.loads(result.stdout)
+    vector = EXPECTED["good_broadcast"]
+    assert summary["regions"] == vector["num_regions"]
+    assert summary["broadcast_regions"] == sum(vector["broadcast_regions"])
+    assert summary["subpartitions"] == vector["num_subpartitions"]
+    assert summary["rows"] == vector["total_rows"]
+    assert summary["compression"] == "none"
+    assert summary["partitioner"] == {"name": "explicit"}
+    per_sub = np.array(vector["rows"]).sum(axis=0)  # broadcast rows reach every subpartition
+    assert [t["rows"] for t in summary["per_subpartition"]] == per_sub.tolist()
+    assert summary["skew"] == pytest.approx(per_sub.max() / per_sub.mean())
+    assert [r["rows"] for r in summary["region_table"]] == [
+        row[0] if b else sum(row)
+        for row, b in zip(vector["rows"], vector["broadcast_regions"], strict=True)
+    ]
+    assert summary["data_bytes"] == Path(BROADCAST).stat().st_size
+
+
+def test_inspect_text_table() -> None:
+    result = run("inspect", GOOD)
+    assert result.returncode == 0, result.stderr
+    vector = EXPECTED["good_basic"]
+    assert f"rows           {vector['total_rows']}" in result.stdout
+    table = result.stdout.split("subpartition", 2)[-1].splitlines()[1:]
+    rows = [int(line.split()[1]) for line in table if line.strip()]
+    assert rows == np.array(vector["rows"]).sum(axis=0).tolist()
+
+
+def test_inspect_zero_rows_has_no_skew() -> None:
+    result = run("inspect", "--json", str(VECTORS / "good_zero_rows.arrow"))
+    assert result.returncode == 0
+    summary = json.loads(result.stdout)
+    assert summary["skew"] is None and summary["rows"] == 0
+
+
+def test_inspect_invalid_index_exit_1() -> None:
+    path = str(VECTORS / "bad_index_magic.arrow")
+    result = run("inspect", path)
+    assert result.returncode == 1
+    assert result.stderr.strip().startswith(f"INVALID {path}: [V1] ")
+    no_traceback(result)
+
+
+# ---------------------------------------------------------------------- read
+
+
+def read_output(path: Path, schema: pa.Schema) -> pa.Table:
+    if path.suffix == ".arrow":
+        return pa.ipc.open_file(path).read_all()
+    if path.suffix == ".parquet":
+        return pq.read_table(path)
+    return pcsv.read_csv(
+        path,
+        convert_options=pcsv.ConvertOptions(
+            column_types=schema, strings_can_be_null=True, quoted_strings_can_be_null=False
+        ),
+    )
+
+
+@pytest.mark.parametrize(
+    ("extension", "ids", "selection"),
+    [(".arrow", "2", [2]), (".parquet", "1-3", range(1, 4)), (".csv", "0,3", [0, 3])],
+)
+def test_read_writes_what_the_library_reads(
+    tmp_path: Path, extension: str, ids: str, selection: Any
+) -> None:
+    out = tmp_path / f"out{extension}"
+    result = run("read", BROADCAST, "--subpartitions", ids, "--out", str(out))
+    assert result.returncode == 0, result.stderr
+    expected = arrowshuffle.open_file(BROADCAST).read(selection)
+    assert read_output(out, expected.schema).equals(expected)
+    assert f"wrote {expected.num_rows} rows" in result.stdout
+
+
+def test_read_columns(tmp_path: Path) -> None:
+    out = tmp_path / "cols.parquet"
+    result = run("read", GOOD, "--subpartitions", "0-3", "--columns", "s,a", "--out", str(out))
+    assert result.returncode == 0, result.stderr
+    expected = arrowshuffle.open_file(GOOD).read(range(4), columns=["s", "a"])
+    got = pq.read_table(out)
+    assert got.column_names == ["s", "a"]
+    assert got.equals(expected)
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--subpartitions", "x"], "--subpartitions"),
+        (["--subpartitions", "3-1"], "--subpartitions"),
+        (["--subpartitions", "9"], "does not exist"),
+        (["--subpartitions", "0-4000000000"], "does not exist"),
+        (["--subpartitions", "1", "--columns", "nope"], "nope"),
+    ],
+)
+def test_read_bad_arguments_exit_2(tmp_path: Path, args: list[str], message: str) -> None:
+    out = tmp_path / "o.arrow"
+    result = run("read", GOOD, *args, "--out", str(out))
+    assert result.returncode == 2
+    assert message in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
+    no_traceback(result)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_read_unknown_extension_exit_2(tmp_path: Path) -> None:
+    out = tmp_path / "o.json"
+    result = run("read", GOOD, "--subpartitions", "1", "--out", str(out))
+    assert result.returncode == 2
+    assert ".arrow, .parquet or .csv" in result.stderr
+    no_traceback(result)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_failed_read_leaves_no_partial_output(tmp_path: Path) -> None:
+    out = tmp_path / "o.arrow"
+    out_dir_before = set(tmp_path.iterdir())
+    result = run("read", CORRUPT, "--subpartitions", "0-3", "--verify", "--out", str(out))
+    assert result.returncode == 1
+    assert "[V16]" in result.stderr
+    no_traceback(result)
+    assert set(tmp_path.iterdir()) == out_dir_before
+
+
+def test_failed_read_keeps_an_existing_output(tmp_path: Path) -> None:
+    out = tmp_path / "o.csv"
+    out.write_text("previous\n")
+    result = run("read", CORRUPT, "--subpartitions", "0-3", "--verify", "--out", str(out))
+    assert result.returncode == 1
+    assert out.read_text() == "previous\n"
+    assert list(tmp_path.iterdir()) == [out]
+
+
+def test_read_csv_of_nested_type_is_a_usage_error(tmp_path: Path) -> None:
+    path = tmp_path / "nested.arrow"
+    schema = pa.schema([("xs", pa.list_(pa.int64()))])
+    with arrowshuffle.ShuffleFileWriter(path, schema, 2) as writer:
+        writer.write(pa.table({"xs": [[1, 2], [3]]}, schema=schema), subpartitions=[0, 1])
+    out = tmp_path / "nested.csv"
+    result = run("read", str(path), "--subpartitions", "0-1", "--out", str(out))
+    assert result.returncode == 2
+    assert "csv" in result.stderr
+    no_traceback(result)
+    assert not out.exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["nested.arrow", "nested.arrow.idx"]
+
+
+def test_output_that_cannot_be_written_is_one_line(tmp_path: Path) -> None:
+    out = tmp_path / "dir.csv"
+    out.mkdir()  # a directory where the output file should go
+    result = run("read", GOOD, "--subpartitions", "1", "--out", str(out))
+    assert result.returncode == 2
+    assert len(result.stderr.strip().splitlines()) == 1
+    no_traceback(result)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["dir.csv"]
+
+
+def test_unexpected_errors_are_one_line_unless_debugging(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    def broken(*args: object) -> None:
+        raise RuntimeError("something nobody expected")
+
+    monkeypatch.setattr(cli_module, "layout_summary", broken)
+    monkeypatch.delenv("ARROWSHUFFLE_DEBUG", raising=False)
+    assert main(["inspect", GOOD]) == 2
+    err = capsys.readouterr().err
+    assert err == "internal error: RuntimeError: something nobody expected\n"
+    monkeypatch.setenv("ARROWSHUFFLE_DEBUG", "1")
+    with pytest.raises(RuntimeError):
+        main(["inspect", GOOD])
+
+
+# ---------------------------------------------------------------------- helpers and URLs
+
+
+def test_parse_subpartitions() -> None:
+    assert parse_subpartitions("3") == [range(3, 4)]
+    assert parse_subpartitions("2-7") == [range(2, 8)]
+    assert parse_subpartitions("1,4, 9") == [range(1, 2), range(4, 5), range(9, 10)]
+    assert parse_subpartitions("0,3-5") == [range(0, 1), range(3, 6)]
+    for bad in ("", "a", "-1", "3-", "5-2", "1,,2"):
+        with pytest.raises(InvalidOptionError):
+            parse_subpartitions(bad)
+
+
+@pytest.mark.s3
+def test_storage_options_reach_the_object_store(
+    tmp_path: Path, s3_endpoint: Any, s3_bucket: str
+) -> None:
+    import fsspec
+
+    options = s3_endpoint.storage_options()
+    fs = fsspec.filesystem("s3", **options)
+    for name in ("good_basic.arrow", "overlapping_chunks.arrow"):
+        fs.put_file(str(VECTORS / name), f"{s3_bucket}/{name}")
+        fs.put_file(str(VECTORS / name) + ".idx", f"{s3_bucket}/{name}.idx")
+    flags = [
+        "--storage-option",
+        f"endpoint_url={options['endpoint_url']}",
+        "--storage-option",
+        "key=testing",
+        "--storage-option",
+        "secret=testing",
+        "--storage-option",
+        'client_kwargs={"region_name": "eu-west-1"}',
+    ]
+    good, bad = f"{s3_bucket}/good_basic.arrow", f"{s3_bucket}/overlapping_chunks.arrow"
+    result = run("validate", "--deep", good, bad, *flags)
+    assert result.returncode == 1, result.stderr
+    assert result.stdout.splitlines()[0] == f"OK {good}"
+    assert result.stdout.splitlines()[1].startswith(f"INVALID {bad}: [V9]")
+    out = tmp_path / "remote.arrow"
+    result = run("read", good, "--subpartitions", "1-2", "--out", str(out), *flags)
+    assert result.returncode == 0, result.stderr
+    expected = arrowshuffle.open_file(GOOD).read(range(1, 3))
+    assert pa.ipc.open_file(out).read_all().equals(expected)
+    missing = run("inspect", f"{s3_bucket}/nothing.arrow", *flags)
+    assert missing.returncode == 2
+    no_traceback(missing)

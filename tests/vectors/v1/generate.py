@@ -1,0 +1,788 @@
+"""Write the format v1 test vectors, deterministically.
+
+Usage: ``python tests/vectors/v1/generate.py [OUT_DIR]`` (default: this directory).
+
+Good vectors are written by the real writer (:class:`arrowshuffle.ShuffleFileWriter`) with a
+fixed file id. Their expected contents (``expected.json``) are computed here from the INPUT rows
+and subpartition ids, never by reading the written files back. Broken vectors are copies of a
+good one with a few bytes edited; the checksums that cover the edit are recomputed where needed
+so that exactly the intended rule is the first one to fail.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import shutil
+import struct
+import sys
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from arrowshuffle import ShuffleFileWriter
+from arrowshuffle.format import index as codec
+from arrowshuffle.format.crc import crc32c
+from arrowshuffle.writers import file_writer
+
+HERE = Path(__file__).resolve().parent
+SCHEMA = pa.schema([("a", pa.int64()), ("b", pa.int32()), ("s", pa.string())])
+
+# Header field offsets (spec.md, "Index header"); the edits below use them directly.
+MAJOR_AT, MINOR_AT, HEADER_SIZE_AT = 8, 10, 12
+REQUIRED_FLAGS_AT, OPTIONAL_FLAGS_AT, FILE_ID_AT = 16, 20, 24
+INDEX_LENGTH_AT, TOTAL_ROWS_AT = 48, 56
+REGIONS_AT, SUBPARTITIONS_AT, SCHEMA_LENGTH_AT, PARTITIONER_LENGTH_AT = 64, 68, 72, 76
+ENTRIES_OFFSET_AT, META_CRC_AT, HEADER_CRC_AT = 80, 88, 92
+REGION_SIZE, ENTRY_SIZE, TRAILER_SIZE = 24, 32, 16
+
+
+# ---------------------------------------------------------------------- input data
+
+
+@dataclass(frozen=True)
+class Region:
+    """The rows written before one flush: ``ids`` per row, or None for a broadcast region."""
+
+    table: pa.Table
+    ids: np.ndarray | None
+
+    @property
+    def broadcast(self) -> bool:
+        return self.ids is None
+
+
+@dataclass(frozen=True)
+class GoodVector:
+    name: str
+    description: str
+    num_subpartitions: int
+    regions: tuple[Region, ...]
+    file_id: bytes
+    compression: str = "none"
+    max_batch_rows: int = 3
+
+
+def rows(region: int, n: int) -> pa.Table:
+    """``n`` rows of region ``region``: two integer columns and a string, with some nulls."""
+    i = np.arange(n)
+    a = pa.array(region * 1000 + i, pa.int64())
+    b_values = ((i * 37 + region) % 11 - 5).astype(np.int32)
+    b = pa.array(b_values, pa.int32(), mask=(i % 6 == 5))
+    s = pa.array(
+        [None if k % 9 == 4 else f"r{region}-row{k}" + ("é" if k == 2 else "") for k in range(n)],
+        pa.string(),
+    )
+    return pa.table([a, b, s], schema=SCHEMA)
+
+
+def ids_for(region: int, n: int, num_subpartitions: int) -> np.ndarray:
+    """A fixed, uneven spread of ``n`` rows over the subpartitions."""
+    i = np.arange(n)
+    return ((i * 7 + region * 3 + (i // 4)) % num_subpartitions).astype(np.int64)
+
+
+def fid(label: str) -> bytes:
+    """A fixed 16-byte file id derived from a label."""
+    return hashlib.sha256(label.encode()).digest()[:16]
+
+
+BASIC_REGIONS = tuple(Region(rows(r, n), ids_for(r, n, 4)) for r, n in enumerate((10, 7, 12)))
+BASIC_REGIONS = (
+    *BASIC_REGIONS[:2],
+    # The last region ends with a chunk of the last subpartition (the V8 vector lengthens it).
+    Region(BASIC_REGIONS[2].table, np.where(np.arange(12) == 11, 3, BASIC_REGIONS[2].ids)),
+)
+
+GOOD = (
+    GoodVector(
+        "good_basic",
+        "two integer columns and a string with nulls; 3 regions x 4 subpartitions; "
+        "uncompressed; chunks of up to 3 rows per batch, so some chunks hold several batches",
+        4,
+        BASIC_REGIONS,
+        fid("good_basic"),
+    ),
+    GoodVector(
+        "good_zstd",
+        "the rows of good_basic with ZSTD body compression",
+        4,
+        BASIC_REGIONS,
+        fid("good_zstd"),
+        compression="zstd",
+        max_batch_rows=65536,
+    ),
+    GoodVector(
+        "good_lz4",
+        "the rows of good_basic with LZ4 frame body compression",
+        4,
+        BASIC_REGIONS,
+        fid("good_lz4"),
+        compression="lz4",
+        max_batch_rows=65536,
+    ),
+    GoodVector(
+        "good_broadcast",
+        "a regular region, a broadcast region (one chunk every entry points at), a regular one",
+        4,
+        (
+            Region(rows(0, 9), ids_for(0, 9, 4)),
+            Region(rows(1, 5), None),
+            Region(rows(2, 6), ids_for(2, 6, 4)),
+        ),
+        fid("good_broadcast"),
+    ),
+    GoodVector(
+        "good_empty_subpartitions",
+        "6 subpartitions, only 1 and 4 hold rows; empty chunks have length 0 and sit at the "
+        "offset where the next chunk starts",
+        6,
+        (
+            Region(rows(0, 8), np.array([1, 4, 4, 1, 4, 1, 1, 4], dtype=np.int64)),
+            Region(rows(1, 4), np.full(4, 4, dtype=np.int64)),
+        ),
+        fid("good_empty_subpartitions"),
+    ),
+    GoodVector(
+        "good_zero_rows",
+        "no rows at all: 0 regions, an Arrow file with no record batches",
+        3,
+        (),
+        fid("good_zero_rows"),
+    ),
+)
+
+
+# ---------------------------------------------------------------------- writing good vectors
+
+
+@contextlib.contextmanager
+def fixed_file_id(file_id: bytes) -> Iterator[None]:
+    """Make the writer draw ``file_id`` instead of a random one."""
+    original = file_writer.uuid
+    file_writer.uuid = SimpleNamespace(uuid4=lambda: uuid.UUID(bytes=file_id))  # type: ignore[assignment]
+    try:
+        yield
+    finally:
+        file_writer.uuid = original
+
+
+def write_good(vector: GoodVector, out: Path, *, file_id: bytes | None = None) -> Path:
+    path = out / f"{vector.name}.arrow"
+    with (
+        fixed_file_id(file_id or vector.file_id),
+        ShuffleFileWriter(
+            path,
+            SCHEMA,
+            vector.num_subpartitions,
+            memory="1GiB",
+            max_batch_rows=vector.max_batch_rows,
+            compression=vector.compression,
+        ) as writer,
+    ):
+        for region in vector.regions:
+            if region.ids is None:
+                writer.write_broadcast(region.table)
+            else:
+                writer.write(region.table, subpartitions=region.ids)
+            writer.flush_region()
+    return path
+
+
+def neutral(table: pa.Table) -> dict[str, list[Any]]:
+    """A table as JSON lists, one per column."""
+    return {name: table.column(name).to_pylist() for name in table.column_names}
+
+
+def expected_for(vector: GoodVector) -> dict[str, Any]:
+    """What reading the vector must give, computed from the input rows and ids only."""
+    n = vector.num_subpartitions
+    rows_matrix: list[list[int]] = []
+    file_order: list[pa.Table] = []
+    per_sub: list[list[pa.Table]] = [[] for _ in range(n)]
+    for region in vector.regions:
+        if region.ids is None:
+            rows_matrix.append([region.table.num_rows] * n)
+            file_order.append(region.table)
+            for s in range(n):
+                per_sub[s].append(region.table)
+            continue
+        rows_matrix.append(np.bincount(region.ids, minlength=n).tolist())
+        order = np.argsort(region.ids, kind="stable")
+        file_order.append(region.table.take(pa.array(order)))
+        for s in range(n):
+            per_sub[s].append(region.table.filter(pa.array(region.ids == s)))
+    empty = SCHEMA.empty_table()
+    stored = sum(r.table.num_rows for r in vector.regions)
+    return {
+        "kind": "good",
+        "description": vector.description,
+        "data": f"{vector.name}.arrow",
+        "index": f"{vector.name}.arrow.idx",
+        "file_id": vector.file_id.hex(),
+        "num_subpartitions": n,
+        "num_regions": len(vector.regions),
+        "broadcast_regions": [r.broadcast for r in vector.regions],
+        "compression": vector.compression,
+        "total_rows": stored,
+        "rows": rows_matrix,
+        "file_rows": neutral(pa.concat_tables([empty, *file_order])),
+        "subpartitions": [neutral(pa.concat_tables([empty, *tables])) for tables in per_sub],
+    }
+
+
+# ---------------------------------------------------------------------- byte edits
+
+
+def u16(buf: bytearray, at: int) -> int:
+    return int(struct.unpack_from("<H", buf, at)[0])
+
+
+def u32(buf: bytearray, at: int) -> int:
+    return int(struct.unpack_from("<I", buf, at)[0])
+
+
+def u64(buf: bytearray, at: int) -> int:
+    return int(struct.unpack_from("<Q", buf, at)[0])
+
+
+def put32(buf: bytearray, at: int, value: int) -> None:
+    struct.pack_into("<I", buf, at, value)
+
+
+def put64(buf: bytearray, at: int, value: int) -> None:
+    struct.pack_into("<Q", buf, at, value)
+
+
+def pad8(n: int) -> int:
+    return (n + 7) // 8 * 8
+
+
+@dataclass
+class Sections:
+    """Section offsets of an index, read from its header fields (spec.md, "Layout")."""
+
+    header_size: int
+    regions_at: int
+    crcs_at: int
+    entries_at: int
+    trailer_at: int
+    num_regions: int
+    num_subpartitions: int
+
+    @staticmethod
+    def of(buf: bytearray) -> Sections:
+        header_size = u32(buf, HEADER_SIZE_AT)
+        num_regions = u32(buf, REGIONS_AT)
+        num_subpartitions = u32(buf, SUBPARTITIONS_AT)
+        regions_at = (
+            header_size + pad8(u32(buf, SCHEMA_LENGTH_AT)) + pad8(u32(buf, PARTITIONER_LENGTH_AT))
+        )
+        crcs_at = regions_at + num_regions * REGION_SIZE
+        entries_at = crcs_at + pad8(4 * num_subpartitions)
+        trailer_at = entries_at + num_regions * num_subpartitions * ENTRY_SIZE
+        return Sections(
+            header_size, regions_at, crcs_at, entries_at, trailer_at, num_regions, num_subpartitions
+        )
+
+    def entry(self, subpartition: int, region: int) -> int:
+        return self.entries_at + (subpartition * self.num_regions + region) * ENTRY_SIZE
+
+    def region(self, region: int) -> int:
+        return self.regions_at + region * REGION_SIZE
+
+
+@dataclass
+class Refix:
+    """Which checksums to recompute after an edit (all by default)."""
+
+    subpartitions: bool = True
+    meta: bool = True
+    header: bool = True
+    trailer: bool = True
+
+
+def refix(buf: bytearray, what: Refix | None = None) -> bytearray:
+    """Recompute the index checksums, innermost first, so that an edit is self-consistent."""
+    what = what or Refix()
+    sec = Sections.of(buf)
+    if what.subpartitions:
+        block = sec.num_regions * ENTRY_SIZE
+        for s in range(sec.num_subpartitions):
+            start = sec.entries_at + s * block
+            put32(buf, sec.crcs_at + 4 * s, crc32c(bytes(buf[start : start + block])))
+    if what.meta:
+        put32(buf, META_CRC_AT, crc32c(bytes(buf[96 : sec.entries_at])))
+    if what.header:
+        put32(buf, HEADER_CRC_AT, crc32c(bytes(buf[:HEADER_CRC_AT])))
+    if what.trailer:
+        put32(buf, sec.trailer_at, crc32c(bytes(buf[: sec.trailer_at])))
+    return buf
+
+
+@dataclass(frozen=True)
+class Broken:
+    """A vector derived from a good one: how its index or data is edited, and what must fail."""
+
+    name: str
+    base: str
+    rule: str | None  # None: still valid
+    description: str
+    edit_index: Callable[[bytearray], bytes] | None = None
+    edit_data: Callable[[bytearray], bytes] | None = None
+    deep: bool = False
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def set_magic(buf: bytearray) -> bytes:
+    buf[0:8] = b"ASHUFIDZ"
+    return bytes(refix(buf))
+
+
+def set_trailer_magic(buf: bytearray) -> bytes:
+    buf[-8:] = b"ASHUFEOF"
+    return bytes(buf)
+
+
+def set_major(buf: bytearray) -> bytes:
+    struct.pack_into("<H", buf, MAJOR_AT, 2)
+    return bytes(refix(buf))
+
+
+def set_required_flag(buf: bytearray) -> bytes:
+    put32(buf, REQUIRED_FLAGS_AT, 1)
+    return bytes(refix(buf))
+
+
+def set_optional_flag(buf: bytearray) -> bytes:
+    put32(buf, OPTIONAL_FLAGS_AT, u32(buf, OPTIONAL_FLAGS_AT) | 0x100)
+    return bytes(refix(buf))
+
+
+def longer_header(buf: bytearray) -> bytes:
+    """A minor version 1.1 index whose header is 8 bytes longer (an unknown new field)."""
+    out = bytearray(buf[:96]) + b"FUTURE!!" + buf[96:]
+    struct.pack_into("<H", out, MINOR_AT, 1)
+    put32(out, HEADER_SIZE_AT, 104)
+    put64(out, ENTRIES_OFFSET_AT, u64(out, ENTRIES_OFFSET_AT) + 8)
+    put64(out, INDEX_LENGTH_AT, u64(out, INDEX_LENGTH_AT) + 8)
+    return bytes(refix(out))
+
+
+def flip_header_crc(buf: bytearray) -> bytes:
+    put32(buf, HEADER_CRC_AT, u32(buf, HEADER_CRC_AT) ^ 0x5A5A5A5A)
+    return bytes(buf)
+
+
+def huge_regions(buf: bytearray) -> bytes:
+    put32(buf, REGIONS_AT, 2**32 - 1)
+    put32(buf, HEADER_CRC_AT, crc32c(bytes(buf[:HEADER_CRC_AT])))
+    return bytes(buf)
+
+
+def huge_schema_length(buf: bytearray) -> bytes:
+    """A schema length near 2**32 and an index length that agrees with it (the object does not)."""
+    put32(buf, SCHEMA_LENGTH_AT, 2**32 - 8)
+    sec = Sections.of(buf)
+    put64(buf, ENTRIES_OFFSET_AT, sec.entries_at)
+    put64(buf, INDEX_LENGTH_AT, sec.trailer_at + TRAILER_SIZE)
+    put32(buf, HEADER_CRC_AT, crc32c(bytes(buf[:HEADER_CRC_AT])))
+    return bytes(buf)
+
+
+def region_reserved(buf: bytearray) -> bytes:
+    sec = Sections.of(buf)
+    put32(buf, sec.region(0) + 20, 0xDEADBEEF)
+    return bytes(refix(buf, Refix(subpartitions=False, meta=False, header=False)))
+
+
+def entry_crc_field(buf: bytearray) -> bytes:
+    sec = Sections.of(buf)
+    at = sec.entry(1, 0) + 28
+    put32(buf, at, u32(buf, at) ^ 1)
+    return bytes(refix(buf, Refix(subpartitions=False, meta=False, header=False)))
+
+
+def trailer_crc(buf: bytearray) -> bytes:
+    sec = Sections.of(buf)
+    put32(buf, sec.trailer_at, u32(buf, sec.trailer_at) ^ 1)
+    return bytes(buf)
+
+
+def garbage_schema(buf: bytearray) -> bytes:
+    length = u32(buf, SCHEMA_LENGTH_AT)
+    buf[96 : 96 + length] = (b"not a schema " * (length // 13 + 1))[:length]
+    return bytes(refix(buf))
+
+
+def garbage_partitioner(buf: bytearray) -> bytes:
+    sec = Sections.of(buf)
+    at = sec.header_size + pad8(u32(buf, SCHEMA_LENGTH_AT))
+    length = u32(buf, PARTITIONER_LENGTH_AT)
+    buf[at : at + length] = (b"[" + b"1," * length)[: length - 1] + b"]"
+    return bytes(refix(buf))
+
+
+def chunk_past_end(buf: bytearray) -> bytes:
+    sec = Sections.of(buf)
+    last_region = sec.num_regions - 1
+    entry = sec.entry(sec.num_subpartitions - 1, last_region)
+    put64(buf, entry + 8, u64(buf, entry + 8) + 4096)
+    region = sec.region(last_region)
+    put64(buf, region + 8, u64(buf, region + 8) + 4096)
+    return bytes(refix(buf))
+
+
+def overlapping_chunk(buf: bytearray) -> bytes:
+    sec = Sections.of(buf)
+    entry = sec.entry(1, 1)
+    put64(buf, entry, u64(buf, entry) - 8)
+    return bytes(refix(buf))
+
+
+def broadcast_entry_moved(buf: bytearray) -> bytes:
+    sec = Sections.of(buf)
+    entry = sec.entry(2, 1)  # region 1 of good_broadcast is the broadcast region
+    put64(buf, entry, u64(buf, entry) + 8)
+    put64(buf, entry + 8, u64(buf, entry + 8) - 8)
+    return bytes(refix(buf))
+
+
+def batches_without_bytes(buf: bytearray) -> bytes:
+    sec = Sections.of(buf)
+    put32(buf, sec.entry(0, 0) + 24, 0)
+    return bytes(refix(buf))
+
+
+def total_rows_plus_one(buf: bytearray) -> bytes:
+    put64(buf, TOTAL_ROWS_AT, u64(buf, TOTAL_ROWS_AT) + 1)
+    return bytes(refix(buf, Refix(subpartitions=False, meta=False)))
+
+
+def rows_moved_between_chunks(buf: bytearray) -> bytes:
+    sec = Sections.of(buf)
+    first, second = sec.entry(0, 0) + 16, sec.entry(1, 0) + 16
+    put64(buf, first, u64(buf, first) + 1)
+    put64(buf, second, u64(buf, second) - 1)
+    return bytes(refix(buf))
+
+
+def drop_last_region(buf: bytearray) -> bytes:
+    """Re-encode the index without its last region: the data file holds batches it omits."""
+    index = codec.decode_index(bytes(buf))
+    return codec.encode_index(
+        schema=index.schema,
+        partitioner=index.meta.partitioner,
+        file_id=index.header.file_id,
+        data_length=index.header.data_length,
+        regions=index.meta.regions[:-1],
+        entries=index.entries[:, :-1],
+        compression=index.header.compression,
+    )
+
+
+def other_schema(buf: bytearray) -> bytes:
+    """Re-encode the index with the string column declared as large_string."""
+    index = codec.decode_index(bytes(buf))
+    return codec.encode_index(
+        schema=pa.schema([("a", pa.int64()), ("b", pa.int32()), ("s", pa.large_string())]),
+        partitioner=index.meta.partitioner,
+        file_id=index.header.file_id,
+        data_length=index.header.data_length,
+        regions=index.meta.regions,
+        entries=index.entries,
+        compression=index.header.compression,
+    )
+
+
+def truncate(n: int) -> Callable[[bytearray], bytes]:
+    return lambda buf: bytes(buf[:-n])
+
+
+def append_garbage(buf: bytearray) -> bytes:
+    return bytes(buf) + b"\x00GARBAGE"
+
+
+def corrupt_string_value(buf: bytearray) -> bytes:
+    """Change one character of a string value inside a chunk's body."""
+    needle = b"r1-row3"
+    at = bytes(buf).find(needle)
+    assert at > 0 and bytes(buf).count(needle) == 1, "the value must occur exactly once"
+    buf[at + 4] = ord("X")
+    return bytes(buf)
+
+
+BROKEN = (
+    Broken(
+        "bad_index_magic", "good_basic", "V1", "index magic ASHUFIDZ instead of ASHUFIDX", set_magic
+    ),
+    Broken(
+        "bad_trailer_magic",
+        "good_basic",
+        "V1",
+        "trailer magic ASHUFEOF instead of ASHUFEND",
+        set_trailer_magic,
+    ),
+    Broken(
+        "unknown_major_version", "good_basic", "V2", "major version 2 (checksums fixed)", set_major
+    ),
+    Broken(
+        "unknown_required_flag",
+        "good_basic",
+        "V2",
+        "required flag bit 0 set (checksums fixed)",
+        set_required_flag,
+    ),
+    Broken("bad_header_crc", "good_basic", "V3", "header CRC32C changed", flip_header_crc),
+    Broken("truncated_index", "good_basic", "V4", "index cut 16 bytes short", truncate(16)),
+    Broken(
+        "index_trailing_garbage",
+        "good_basic",
+        "V4",
+        "8 bytes appended to the index",
+        append_garbage,
+    ),
+    Broken(
+        "hostile_num_regions",
+        "good_basic",
+        "V4",
+        "num_regions 2**32-1 (header CRC fixed)",
+        huge_regions,
+    ),
+    Broken(
+        "hostile_schema_length",
+        "good_basic",
+        "V4",
+        "schema length 2**32-8 with a matching declared index length (header CRC fixed)",
+        huge_schema_length,
+    ),
+    Broken(
+        "bad_metadata_crc",
+        "good_basic",
+        "V5",
+        "region 0 reserved word changed; whole-index CRC fixed",
+        region_reserved,
+    ),
+    Broken(
+        "bad_entry_block_crc",
+        "good_basic",
+        "V6",
+        "entry (subpartition 1, region 0) CRC field changed; whole-index CRC fixed",
+        entry_crc_field,
+    ),
+    Broken(
+        "bad_index_crc",
+        "good_basic",
+        "V6",
+        "whole-index CRC32C in the trailer changed",
+        trailer_crc,
+    ),
+    Broken(
+        "bad_schema_section",
+        "good_basic",
+        "V7",
+        "schema bytes replaced by text (checksums fixed)",
+        garbage_schema,
+    ),
+    Broken(
+        "bad_partitioner_section",
+        "good_basic",
+        "V7",
+        "partitioner spec is a JSON list (checksums fixed)",
+        garbage_partitioner,
+    ),
+    Broken(
+        "chunk_past_end",
+        "good_basic",
+        "V8",
+        "last chunk and its region 4096 bytes longer than the data file allows",
+        chunk_past_end,
+    ),
+    Broken(
+        "overlapping_chunks",
+        "good_basic",
+        "V9",
+        "chunk (subpartition 1, region 1) starts 8 bytes early, inside the previous chunk",
+        overlapping_chunk,
+    ),
+    Broken(
+        "broadcast_mismatch",
+        "good_broadcast",
+        "V10",
+        "subpartition 2's entry of the broadcast region points 8 bytes into the chunk",
+        broadcast_entry_moved,
+    ),
+    Broken(
+        "batches_without_bytes",
+        "good_basic",
+        "V11",
+        "chunk (subpartition 0, region 0) declares 0 batches but has bytes",
+        batches_without_bytes,
+    ),
+    Broken(
+        "total_rows_wrong",
+        "good_basic",
+        "V12",
+        "header total_rows one too many (header CRC fixed)",
+        total_rows_plus_one,
+    ),
+    Broken(
+        "truncated_data",
+        "good_basic",
+        "V13",
+        "data file cut 64 bytes short",
+        edit_data=truncate(64),
+    ),
+    Broken(
+        "pair_mismatch",
+        "good_basic",
+        "V14",
+        "index of good_basic beside the same rows written with another file id (equal length)",
+    ),
+    Broken(
+        "schema_mismatch",
+        "good_basic",
+        "V15",
+        "index declares column s as large_string, the data file has string",
+        other_schema,
+    ),
+    Broken(
+        "corrupt_chunk_byte",
+        "good_basic",
+        "V16",
+        "one byte of a string value in a chunk changed (valid without --deep)",
+        edit_data=corrupt_string_value,
+        deep=True,
+    ),
+    Broken(
+        "chunk_rows_wrong",
+        "good_basic",
+        "V17",
+        "one row moved between the row counts of two chunks; totals unchanged "
+        "(valid without --deep)",
+        rows_moved_between_chunks,
+        deep=True,
+    ),
+    Broken(
+        "unindexed_batches",
+        "good_basic",
+        "V18",
+        "index without the last region: the data file holds batches no chunk declares "
+        "(valid without --deep)",
+        drop_last_region,
+        deep=True,
+    ),
+    Broken(
+        "foreign_random_index", "plain", "V1", "a plain Arrow file beside 200 pseudo-random bytes"
+    ),
+    Broken("foreign_text_index", "plain", "V1", "a plain Arrow file beside a text file"),
+    Broken(
+        "ok_unknown_optional_flag",
+        "good_basic",
+        None,
+        "optional flag bit 8 set: readers ignore it; reads like good_basic",
+        set_optional_flag,
+    ),
+    Broken(
+        "ok_minor_version_longer_header",
+        "good_basic",
+        None,
+        "version 1.1 with a 104-byte header (8 unknown bytes): reads like good_basic",
+        longer_header,
+    ),
+)
+
+
+def pseudo_random(n: int, seed: bytes) -> bytes:
+    out = b""
+    block = seed
+    while len(out) < n:
+        block = hashlib.sha256(block).digest()
+        out += block
+    return out[:n]
+
+
+def write_plain(path: Path) -> None:
+    """A plain Arrow IPC file that knows nothing of this format."""
+    table = pa.table({"x": pa.array(range(20), pa.int64())})
+    with pa.ipc.new_file(path, table.schema) as writer:
+        writer.write_table(table)
+
+
+def write_broken(vector: Broken, out: Path, good: dict[str, GoodVector]) -> dict[str, Any]:
+    data = out / f"{vector.name}.arrow"
+    index = out / f"{vector.name}.arrow.idx"
+    if vector.base == "plain":
+        write_plain(data)
+        if vector.name == "foreign_random_index":
+            index.write_bytes(pseudo_random(200, b"foreign"))
+        else:
+            index.write_text(
+                "This is a text file, not an index.\n"
+                "It is longer than an index header so that only its first bytes are judged.\n"
+            )
+    elif vector.name == "pair_mismatch":
+        base = good[vector.base]
+        with contextlib.ExitStack() as stack:
+            temp = Path(stack.enter_context(_tempdir(out)))
+            written = write_good(base, temp, file_id=fid("pair_mismatch"))
+            shutil.copyfile(written, data)
+        shutil.copyfile(out / f"{vector.base}.arrow.idx", index)
+    else:
+        source = out / f"{vector.base}.arrow"
+        data_bytes = bytearray(source.read_bytes())
+        index_bytes = bytearray((out / f"{vector.base}.arrow.idx").read_bytes())
+        data.write_bytes(vector.edit_data(data_bytes) if vector.edit_data else bytes(data_bytes))
+        index.write_bytes(
+            vector.edit_index(index_bytes) if vector.edit_index else bytes(index_bytes)
+        )
+    entry: dict[str, Any] = {
+        "kind": "valid" if vector.rule is None else "invalid",
+        "description": vector.description,
+        "base": vector.base,
+        "data": data.name,
+        "index": index.name,
+    }
+    if vector.rule is not None:
+        entry.update(rule=vector.rule, deep=vector.deep)
+    return entry
+
+
+@contextlib.contextmanager
+def _tempdir(parent: Path) -> Iterator[str]:
+    path = parent / ".generate-tmp"
+    path.mkdir(exist_ok=True)
+    try:
+        yield str(path)
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
+
+
+def generate(out: Path) -> dict[str, Any]:
+    """Write every vector and ``expected.json`` into ``out``; return the expected document."""
+    out.mkdir(parents=True, exist_ok=True)
+    vectors: dict[str, Any] = {}
+    for vector in GOOD:
+        write_good(vector, out)
+        vectors[vector.name] = expected_for(vector)
+    good = {v.name: v for v in GOOD}
+    for broken in BROKEN:
+        vectors[broken.name] = write_broken(broken, out, good)
+    document = {
+        "format_version": f"{codec.FORMAT_VERSION_MAJOR}.{codec.FORMAT_VERSION_MINOR}",
+        "pyarrow": pa.__version__,
+        "vectors": vectors,
+    }
+    (out / "expected.json").write_text(json.dumps(document, indent=1, ensure_ascii=True) + "\n")
+    return document
+
+
+if __name__ == "__main__":
+    generate(Path(sys.argv[1]) if len(sys.argv) > 1 else HERE)
