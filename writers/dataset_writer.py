@@ -1,10 +1,21 @@
 """Datasets: shuffle files in one directory, made visible by a manifest written last.
 
 A dataset is exactly the files its manifest lists. Writers put data/index pairs under names
-that never collide (a task number plus a random suffix), and only :func:`commit_dataset`
-publishes them, by writing the manifest atomically: a temporary name and a rename on local
-disks, a single PUT on object stores. Files that no manifest lists are invisible to readers and
-removed by the next commit or abort.
+that never collide (a task number, a job id and a per-attempt suffix), and only
+:func:`commit_dataset` publishes them, by writing the manifest atomically: a temporary name and
+a rename on local disks, a single PUT on object stores. Files that no manifest lists are
+invisible to readers; :func:`commit_dataset` and :func:`abort_dataset` remove them.
+
+Protocol of one job:
+
+1. every task writes its pair under :func:`new_file_name` and reports the
+   :class:`~arrowshuffle.writers.file_writer.WrittenFile` to the driver;
+2. the driver calls :func:`commit_dataset` with the reports of the successful attempts: the
+   manifest is written last, then files it does not list are removed (all of them on
+   ``overwrite``; on ``append`` only those of this job);
+3. a failed job calls :func:`abort_dataset`: the previous manifest stays, files of the job go.
+
+Two jobs must not commit to one dataset at the same time: the last manifest wins.
 """
 
 from __future__ import annotations
@@ -38,12 +49,42 @@ from arrowshuffle.format.manifest import (
 from arrowshuffle.writers.file_writer import WrittenFile
 
 SAVE_MODES = ("overwrite", "append", "error", "ignore")
+#: Other spellings of the save modes, as Spark users write them.
+MODE_ALIASES = {"errorifexists": "error", "default": "error"}
 DATA_SUFFIX = ".arrow"
 
 
-def new_file_name(task: int, attempt: str | None = None) -> str:
-    """A data file name unique to one task attempt: ``part-00003-<random>.arrow``."""
-    return f"part-{task:05d}-{attempt or uuid.uuid4().hex}{DATA_SUFFIX}"
+def new_job_id() -> str:
+    """A random id that names every file of one write job (12 hex digits)."""
+    return uuid.uuid4().hex[:12]
+
+
+def new_file_name(task: int, attempt: str | None = None, *, job_id: str | None = None) -> str:
+    """A data file name unique to one task attempt.
+
+    ``part-00003-<job_id>-<attempt>.arrow``; without ``job_id``, ``part-00003-<attempt>.arrow``.
+    ``attempt`` defaults to a random suffix, so two attempts of one task never collide.
+    """
+    suffix = attempt or uuid.uuid4().hex
+    if job_id is not None:
+        _check_job_id(job_id)
+        suffix = f"{job_id}-{suffix}"
+    return f"part-{task:05d}-{suffix}{DATA_SUFFIX}"
+
+
+def _check_job_id(job_id: str) -> str:
+    if not job_id or not all(c.isalnum() for c in job_id):
+        raise InvalidOptionError(f"a job id must be letters and digits only, found {job_id!r}")
+    return job_id
+
+
+def normalize_mode(mode: str) -> str:
+    """Lower-case ``mode`` and map Spark's spellings (``errorifexists``) to ours."""
+    name = str(mode).lower()
+    name = MODE_ALIASES.get(name, name)
+    if name not in SAVE_MODES:
+        raise InvalidOptionError(f"mode must be one of {', '.join(SAVE_MODES)}, found {mode!r}")
+    return name
 
 
 def read_manifest(directory: Location) -> Manifest | None:
@@ -82,58 +123,122 @@ def commit_dataset(
     partitioner: dict[str, Any],
     mode: str = "overwrite",
     properties: dict[str, str] | None = None,
+    job_id: str | None = None,
 ) -> Manifest:
     """Publish written files as the dataset at ``directory`` by writing its manifest last.
 
+    The new files are either published or removed: when the commit is refused or fails, they
+    are deleted and the previous manifest (if any) stays in force.
+
     Args:
         directory: the dataset directory.
-        written: the files this job wrote (all already closed).
+        written: the files this job wrote (all already closed, directly inside ``directory``).
         schema: the dataset's Arrow schema.
         num_subpartitions: the subpartition count of every file.
         partitioner: the partitioner spec of every file.
-        mode: ``overwrite`` replaces the dataset, ``append`` adds to it (same schema,
-            subpartition count and partitioner required), ``error`` refuses an existing
-            dataset, ``ignore`` keeps an existing one and drops the new files.
+        mode: ``overwrite`` replaces the dataset (its old files are deleted once the new
+            manifest is in place), ``append`` adds to it (same schema, subpartition count and
+            partitioner required), ``error`` refuses an existing dataset, ``ignore`` keeps an
+            existing one and drops the new files.
         properties: free-form string properties stored in the manifest.
+        job_id: the id in the names of this job's files; on ``append`` only unlisted files
+            carrying it are removed (files of other jobs are left alone).
 
     Returns:
         The manifest now in force.
+
+    Raises:
+        InvalidOptionError: an unknown mode, an existing dataset with ``error``, or an
+            ``append`` to a dataset with another subpartition count or partitioner.
+        SchemaMismatchError: an ``append`` of data with another schema.
+        ShuffleIOError: the manifest could not be written.
     """
-    if mode not in SAVE_MODES:
-        raise InvalidOptionError(f"mode must be one of {', '.join(SAVE_MODES)}, found {mode!r}")
-    new_files = [_manifest_file(directory, w) for w in written]
-    previous = read_manifest(directory)
-    if previous is not None and mode in ("error", "ignore"):
-        if mode == "ignore":
-            for f in new_files:
-                _remove_pair(directory, f.data)
-            return previous
-        raise InvalidOptionError(
-            f"dataset {directory.url} already exists; use mode 'overwrite' or 'append'"
+    mode = normalize_mode(mode)
+    if job_id is not None:
+        _check_job_id(job_id)
+    written = list(written)
+    try:
+        new_files = [_manifest_file(directory, w) for w in written]
+        previous = read_manifest(directory)
+        if previous is not None and mode in ("error", "ignore"):
+            if mode == "ignore":
+                abort_dataset(directory, written, job_id=job_id)
+                return previous
+            raise InvalidOptionError(
+                f"dataset {directory.url} already exists; use mode 'overwrite' or 'append'"
+            )
+        kept: tuple[ManifestFile, ...] = ()
+        if previous is not None and mode == "append":
+            check_append(previous, schema, num_subpartitions, partitioner, directory.url)
+            kept = previous.files
+        _check_unique(kept + tuple(new_files), directory.url)
+        manifest = Manifest(
+            schema=schema,
+            num_subpartitions=num_subpartitions,
+            partitioner=partitioner,
+            files=kept + tuple(new_files),
+            properties=dict(properties or {}),
         )
-    kept: tuple[ManifestFile, ...] = ()
-    if previous is not None and mode == "append":
-        _check_compatible(previous, schema, num_subpartitions, partitioner, directory.url)
-        kept = previous.files
-    manifest = Manifest(
-        schema=schema,
-        num_subpartitions=num_subpartitions,
-        partitioner=partitioner,
-        files=kept + tuple(new_files),
-        properties=dict(properties or {}),
-    )
-    write_manifest(directory, manifest)
-    remove_unlisted(directory, manifest)
+        write_manifest(directory, manifest)
+    except BaseException:
+        abort_dataset(directory, written, job_id=job_id)
+        raise
+    if mode != "append":
+        remove_unlisted(directory, manifest)
+    elif job_id is not None:
+        # Leftovers of this job's failed or speculative attempts; other jobs' files stay.
+        remove_unlisted(directory, manifest, job_id=job_id)
     return manifest
 
 
-def _check_compatible(
+def abort_dataset(
+    directory: Location, written: Iterable[WrittenFile | None], *, job_id: str | None = None
+) -> None:
+    """Remove what a failed job left: its written files and, with ``job_id``, every file of it.
+
+    Files listed by the manifest in force are never removed, so the dataset as readers see it
+    is unchanged. ``written`` may hold ``None`` (tasks that reported nothing). Best effort:
+    a file that cannot be removed stays invisible to readers.
+    """
+    try:
+        current = read_manifest(directory)
+    except Exception:
+        # A damaged manifest: remove only what this job itself reported.
+        current = None
+    listed = _listed_names(current)
+    for w in written:
+        if w is None:
+            continue
+        for url in (w.data_url, w.index_url):
+            name = posixpath.basename(url.rstrip("/"))
+            if name not in listed and directory.child(name).url.rstrip("/") == url.rstrip("/"):
+                remove_quietly(directory.child(name))
+    if job_id:
+        remove_unlisted(directory, current, job_id=_check_job_id(job_id))
+
+
+def _check_unique(files: tuple[ManifestFile, ...], url: str) -> None:
+    names = [f.data for f in files]
+    if len(set(names)) != len(names):
+        duplicate = next(n for n in names if names.count(n) > 1)
+        raise InvalidOptionError(
+            f"cannot commit to {url}: file {duplicate} would be listed twice (committed again?)"
+        )
+
+
+def check_append(
     previous: Manifest,
     schema: pa.Schema,
     num_subpartitions: int,
     partitioner: dict[str, Any],
     url: str,
 ) -> None:
+    """Refuse to append data that differs from the dataset ``previous`` describes.
+
+    Raises:
+        SchemaMismatchError: another schema.
+        InvalidOptionError: another subpartition count or partitioner.
+    """
     if not previous.schema.equals(schema, check_metadata=False):
         raise SchemaMismatchError(
             f"cannot append to {url}: its schema is {previous.schema}, the new data has {schema}"
@@ -172,24 +277,36 @@ def _remove_pair(directory: Location, data_name: str) -> None:
     remove_quietly(directory.child(data_name + INDEX_SUFFIX))
 
 
-def remove_unlisted(directory: Location, manifest: Manifest | None) -> None:
-    """Delete data/index files (and stale temporary files) that the manifest does not list.
-
-    Called after a commit (files of a replaced dataset, of failed or speculative attempts) and
-    by abort. Best effort: a file that cannot be removed stays invisible to readers.
-    """
-    listed = set()
+def _listed_names(manifest: Manifest | None) -> set[str]:
+    listed: set[str] = set()
     if manifest is not None:
         for f in manifest.files:
             listed.update((f.data, f.index))
+    return listed
+
+
+def remove_unlisted(
+    directory: Location, manifest: Manifest | None, *, job_id: str | None = None
+) -> None:
+    """Delete data/index files (and stale temporary files) that the manifest does not list.
+
+    Called after a commit (files of a replaced dataset, of failed or speculative attempts) and
+    by abort. With ``job_id``, only files whose name carries that job id are considered, so
+    files of other jobs stay. Best effort: a file that cannot be removed stays invisible to
+    readers.
+    """
+    listed = _listed_names(manifest)
+    marker = f"-{job_id}-" if job_id else ""
     with contextlib.suppress(FileNotFoundError, OSError):
         names = [
             posixpath.basename(p.rstrip("/")) for p in directory.fs.ls(directory.path, detail=False)
         ]
         for name in names:
-            if name in listed or name == MANIFEST_NAME:
+            if name in listed or name == MANIFEST_NAME or marker not in name:
                 continue
-            stale_temp = name.startswith(".") and name.endswith(".tmp")
+            stale_temp = name.endswith(".tmp") and (
+                name.startswith(".part-") or (not job_id and name.startswith(f".{MANIFEST_NAME}."))
+            )
             ours = name.startswith("part-") and (
                 name.endswith(DATA_SUFFIX) or name.endswith(DATA_SUFFIX + INDEX_SUFFIX)
             )

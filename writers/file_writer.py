@@ -1,8 +1,9 @@
 """The region-sorted shuffle file writer.
 
 Rows gather in a :class:`~arrowshuffle.writers.sort_buffer.SortBuffer` bounded by a memory
-budget. When the next batch would overflow the budget, the buffer is emitted as one region: for
-every subpartition in order, its rows as a contiguous run of record batches (a chunk). The data
+budget: the writer's local pool of a :class:`~arrowshuffle.writers.memory_pool.MemoryPool`.
+When the next batch does not fit the budget, the buffer is emitted as one region: for every
+subpartition in order, its rows as a contiguous run of record batches (a chunk). The data
 file is a plain Arrow IPC file; the index sidecar is written after it, and both appear under
 their final names only when the writer closes without error.
 """
@@ -11,6 +12,8 @@ from __future__ import annotations
 
 import os
 import uuid
+import weakref
+from collections.abc import Callable
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, Protocol
@@ -29,13 +32,19 @@ from arrowshuffle.format.index import (
     index_checksum,
 )
 from arrowshuffle.format.units import parse_bytes
+from arrowshuffle.writers.memory_pool import (
+    DEFAULT_MIN_MEMORY,
+    LocalMemoryPool,
+    MemoryPool,
+    default_memory_pool,
+)
 from arrowshuffle.writers.sink import ChecksummingSink
 from arrowshuffle.writers.sort_buffer import SortBuffer, rebatch
 
 #: Footer metadata key of the data file that carries the index's file id (rule V14).
 FILE_ID_KEY = b"arrowshuffle.file_id"
-DEFAULT_MEMORY = 64 * 1024 * 1024
 DEFAULT_MAX_BATCH_ROWS = 64 * 1024
+MIN_INPUT_SLICE_ROWS = 16 * 1024
 
 
 class Partitioner(Protocol):
@@ -103,11 +112,20 @@ class ShuffleFileWriter:
         path: the data file (local path or fsspec URL); the index is ``path + ".idx"``.
         schema: the Arrow schema of every batch written.
         num_subpartitions: how many subpartitions each region is split into.
-        memory: the sort buffer's budget in bytes, or a string such as ``"256MiB"``.
+        memory: bytes or a string such as ``"256MiB"``. Without ``memory_pool`` it is the sort
+            buffer's fixed, private budget. With ``memory_pool`` it is the required minimum the
+            writer reserves in that pool (default 4 MiB); its budget is that minimum plus an even
+            share of the pool's unreserved bytes.
         max_batch_rows: the most rows in one record batch of the data file.
         compression: Arrow IPC body compression, ``"none"``, ``"lz4"`` or ``"zstd"``.
         partitioner: assigns rows to subpartitions when :meth:`write` gets no ids.
         storage_options: passed to fsspec for URLs.
+        memory_pool: the pool to take a local pool from. When neither ``memory`` nor
+            ``memory_pool`` is given, the writer joins the process-wide default pool
+            (:func:`~arrowshuffle.writers.memory_pool.default_memory_pool`) with a 4 MiB minimum.
+
+    Raises:
+        InvalidOptionError: a bad option, or a required minimum the pool cannot reserve.
 
     Example:
         >>> with ShuffleFileWriter("part-0.arrow", schema, 8) as w:  # doctest: +SKIP
@@ -120,11 +138,12 @@ class ShuffleFileWriter:
         schema: pa.Schema,
         num_subpartitions: int,
         *,
-        memory: int | str = DEFAULT_MEMORY,
+        memory: int | str | None = None,
         max_batch_rows: int = DEFAULT_MAX_BATCH_ROWS,
         compression: str | None = "none",
         partitioner: Partitioner | None = None,
         storage_options: dict[str, Any] | None = None,
+        memory_pool: MemoryPool | None = None,
     ) -> None:
         if isinstance(num_subpartitions, bool) or not isinstance(num_subpartitions, int):
             raise InvalidOptionError(
@@ -145,8 +164,11 @@ class ShuffleFileWriter:
         self.schema = check_schema(schema)
         self.num_subpartitions = num_subpartitions
         self.max_batch_rows = max_batch_rows
+        # Input is buffered in slices of this many rows: small enough that the buffer overshoots
+        # its budget by little, large enough that per-slice work stays negligible even when
+        # output batches are tiny.
+        self._input_slice_rows = max(max_batch_rows, MIN_INPUT_SLICE_ROWS)
         self.compression = normalize_compression(compression)
-        self._budget = parse_bytes(memory, name="memory")
         self._partitioner = partitioner
         self._location: Location = resolve(path, storage_options)
         self._file_id = uuid.uuid4().bytes
@@ -158,7 +180,14 @@ class ShuffleFileWriter:
         self._closed = False
         #: What :meth:`close` published (set once the writer has closed cleanly).
         self.written: WrittenFile | None = None
-        self._data = AtomicOutput(self._location)
+        self._memory = _local_pool(memory, memory_pool)
+        # A writer dropped without close() must still give its reservation back.
+        self._memory_finalizer = weakref.finalize(self, self._memory.close)
+        try:
+            self._data = AtomicOutput(self._location)
+        except BaseException:
+            self._memory.close()
+            raise
         try:
             self._sink = ChecksummingSink(self._data.file)
             options = pa.ipc.IpcWriteOptions(
@@ -174,6 +203,7 @@ class ShuffleFileWriter:
             self._header_end = 8 + self.schema.serialize().size
         except BaseException:
             self._data.discard()
+            self._memory.close()
             raise
 
     # ------------------------------------------------------------------ writing
@@ -193,9 +223,14 @@ class ShuffleFileWriter:
         """Regions emitted so far."""
         return len(self._regions)
 
+    @property
+    def local_memory(self) -> LocalMemoryPool:
+        """The writer's local memory pool (its budget and what it holds)."""
+        return self._memory
+
     def memory_budget(self) -> int:
-        """How many bytes the sort buffer may hold before it emits a region."""
-        return self._budget
+        """How many bytes the sort buffer may hold now before it emits a region."""
+        return self._memory.budget
 
     def write(
         self,
@@ -239,27 +274,39 @@ class ShuffleFileWriter:
     def _add(self, batch: pa.RecordBatch, ids: np.ndarray) -> None:
         if self._broadcast:
             self._emit_broadcast_region()
-        if self._buffer and self._buffer.nbytes + batch.nbytes > self.memory_budget():
-            self._emit_region()
+        self._reserve(batch.nbytes, self._emit_region)
         self._buffer.add(batch, ids)
         self._rows += batch.num_rows
 
     def _add_broadcast(self, batch: pa.RecordBatch) -> None:
         if self._buffer:
             self._emit_region()
-        if self._broadcast and self._broadcast.nbytes + batch.nbytes > self.memory_budget():
-            self._emit_broadcast_region()
+        self._reserve(batch.nbytes, self._emit_broadcast_region)
         self._broadcast.add(batch, np.zeros(batch.num_rows, dtype=np.int64))
         self._rows += batch.num_rows
+
+    def _reserve(self, nbytes: int, emit: Callable[[], None]) -> None:
+        """Reserve room for a batch; when the budget or the pool is full, emit a region first.
+
+        A batch is buffered even when an empty buffer cannot reserve it, so a writer exceeds
+        its budget by at most one batch and always makes progress.
+        """
+        if self._memory.try_reserve(nbytes):
+            return
+        emit()
+        if not self._memory.try_reserve(nbytes):
+            self._memory.force_reserve(nbytes)
 
     def _split_input(
         self, data: pa.RecordBatch | pa.Table, subpartitions: Any
     ) -> tuple[list[pa.RecordBatch], np.ndarray | None]:
         if isinstance(data, pa.Table):
-            batches = data.to_batches()
+            batches = data.to_batches(max_chunksize=self._input_slice_rows)
             num_rows = data.num_rows
         elif isinstance(data, pa.RecordBatch):
-            batches = [data]
+            # Zero-copy slices: the buffer grows, and spills, in steps of one slice.
+            step = self._input_slice_rows
+            batches = [data.slice(start, step) for start in range(0, data.num_rows, step)] or [data]
             num_rows = data.num_rows
         else:
             raise InvalidOptionError(
@@ -283,6 +330,8 @@ class ShuffleFileWriter:
             raise InvalidOptionError(
                 f"expected one subpartition id per row ({num_rows}), found shape {ids.shape}"
             )
+        if ids.size == 0:
+            return np.zeros(0, dtype=np.int64)  # np.asarray([]) is float64: any empty list will do
         if ids.dtype.kind not in "iu":
             raise InvalidOptionError(f"subpartition ids must be integers, found dtype {ids.dtype}")
         if len(ids):
@@ -327,12 +376,16 @@ class ShuffleFileWriter:
         assert region_start is not None
         self._regions.append((region_start, self._sink.position - region_start, 0))
         self._entries.append(entries)
+        # Only now are the buffered batches dropped: release their bytes to the pool.
+        self._memory.release_all()
 
     def _emit_broadcast_region(self) -> None:
         if not self._broadcast:
             return
         ((_, slices),) = list(self._broadcast.chunks())
         chunk = self._write_chunk(slices)
+        del slices
+        self._memory.release_all()
         entries = np.zeros(self.num_subpartitions, dtype=ENTRY_DTYPE)
         entries[:] = chunk
         self._regions.append((chunk[0], chunk[1], REGION_BROADCAST))
@@ -356,6 +409,8 @@ class ShuffleFileWriter:
         try:
             self._emit_region()
             self._emit_broadcast_region()
+            # Nothing is buffered any more: the other writers of the pool may have its bytes.
+            self._memory.close()
             self._ipc.close()
             data_size = self._sink.position
             region_table = np.array(
@@ -409,6 +464,7 @@ class ShuffleFileWriter:
     def _discard(self, index_out: AtomicOutput | None) -> None:
         self._buffer.clear()
         self._broadcast.clear()
+        self._memory.close()
         if index_out is not None:
             index_out.discard()
         self._data.discard()
@@ -427,3 +483,13 @@ class ShuffleFileWriter:
                 self.close()
         else:
             self.abort()
+
+
+def _local_pool(memory: int | str | None, pool: MemoryPool | None) -> LocalMemoryPool:
+    """The writer's budget: a share of ``pool``, a private fixed ``memory``, or the default."""
+    if pool is not None:
+        return pool.local(DEFAULT_MIN_MEMORY if memory is None else memory)
+    if memory is not None:
+        budget = parse_bytes(memory, name="memory")
+        return MemoryPool(budget, setting="the writer's memory=").local(budget, fixed=True)
+    return default_memory_pool().local(DEFAULT_MIN_MEMORY)

@@ -31,7 +31,7 @@ class SortBuffer:
             return
         counts = np.bincount(subpartitions, minlength=self.num_subpartitions)
         if not np.all(subpartitions[1:] >= subpartitions[:-1]):
-            order = np.argsort(subpartitions, kind="stable")
+            order = np.argsort(_narrow(subpartitions, self.num_subpartitions), kind="stable")
             batch = batch.take(pa.array(order))
         self.batches.append(batch)
         self.counts.append(counts)
@@ -89,3 +89,16 @@ def rebatch(slices: list[pa.RecordBatch], max_rows: int) -> Iterator[pa.RecordBa
 
 def _combine(pieces: list[pa.RecordBatch]) -> pa.RecordBatch:
     return pieces[0] if len(pieces) == 1 else pa.concat_batches(pieces)
+
+
+def _narrow(ids: np.ndarray, num_subpartitions: int) -> np.ndarray:
+    """Ids in the smallest unsigned type that holds them.
+
+    numpy's stable sort of uint8/uint16 is a radix sort, several times faster than its merge
+    sort of int64.
+    """
+    if num_subpartitions <= 1 << 8:
+        return ids.astype(np.uint8)
+    if num_subpartitions <= 1 << 16:
+        return ids.astype(np.uint16)
+    return ids

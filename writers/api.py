@@ -1,0 +1,204 @@
+"""``write``: one shuffle file from a table, a stream of batches or a polars frame.
+
+The input is read batch by batch and handed to a :class:`ShuffleFileWriter`, so a stream
+(a ``RecordBatchReader``, a polars ``LazyFrame``, any object with ``__arrow_c_stream__``) is
+never materialized: memory stays at the writer's budget plus the batch in hand.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from typing import Any
+
+import pyarrow as pa
+
+from arrowshuffle.format.errors import InvalidOptionError
+from arrowshuffle.writers.file_writer import (
+    DEFAULT_MAX_BATCH_ROWS,
+    Partitioner,
+    ShuffleFileWriter,
+    WrittenFile,
+)
+from arrowshuffle.writers.memory_pool import MemoryPool
+from arrowshuffle.writers.partitioners import PARTITIONER_NAMES, make_partitioner
+
+#: The partitioner used when neither ``partitioner`` nor ``by`` is given (Spark's
+#: ``repartition(n)`` and Flink's rebalance).
+DEFAULT_PARTITIONER = "round_robin"
+
+
+def write(
+    data: Any,
+    path: str | os.PathLike[str],
+    *,
+    num_subpartitions: int,
+    partitioner: str | Partitioner | None = None,
+    by: str | list[str] | None = None,
+    memory: int | str | None = None,
+    compression: str | None = "none",
+    max_batch_rows: int = DEFAULT_MAX_BATCH_ROWS,
+    storage_options: dict[str, Any] | None = None,
+    memory_pool: MemoryPool | None = None,
+    **partitioner_options: Any,
+) -> WrittenFile:
+    """Write ``data`` as one shuffle file (``path`` and its index ``path + ".idx"``).
+
+    Args:
+        data: a pyarrow ``Table``, ``RecordBatch`` or ``RecordBatchReader``, a polars
+            ``DataFrame`` or ``LazyFrame`` (run by the streaming engine, batch by batch), or
+            any object with ``__arrow_c_stream__``. Dictionary-encoded columns are stored
+            decoded.
+        path: the data file, a local path or an fsspec URL.
+        num_subpartitions: how many subpartitions the file has.
+        partitioner: a partitioner name (see :data:`PARTITIONER_NAMES`) or object. Default:
+            ``"hash"`` when ``by`` is given, else ``"round_robin"``.
+        by: the key column(s) of ``hash``, ``key_group``, ``range`` or ``column``.
+        memory: the writer's memory (see :class:`ShuffleFileWriter`).
+        compression: ``"none"``, ``"lz4"`` or ``"zstd"``.
+        max_batch_rows: the most rows per record batch, read and written.
+        storage_options: passed to fsspec for URLs.
+        memory_pool: the pool the writer takes its budget from.
+        **partitioner_options: options of a named partitioner, e.g. ``seed=1`` or
+            ``boundaries=[...]``.
+
+    Returns:
+        What was written: URLs, sizes, rows and regions.
+
+    Raises:
+        InvalidOptionError: an unknown input type, partitioner or option.
+
+    Example:
+        >>> write(table, "part-0.arrow", num_subpartitions=8, by="user_id")  # doctest: +SKIP
+    """
+    schema, batches, table = _open_input(data, max_batch_rows)
+    chosen = _partitioner(partitioner, by, num_subpartitions, partitioner_options, table)
+    with ShuffleFileWriter(
+        path,
+        schema,
+        num_subpartitions,
+        memory=memory,
+        memory_pool=memory_pool,
+        max_batch_rows=max_batch_rows,
+        compression=compression,
+        partitioner=chosen,
+        storage_options=storage_options,
+    ) as writer:
+        for batch in batches:
+            writer.write(batch)
+        return writer.close()
+
+
+def _partitioner(
+    partitioner: str | Partitioner | None,
+    by: str | list[str] | None,
+    num_subpartitions: int,
+    options: dict[str, Any],
+    table: pa.Table | None,
+) -> Partitioner:
+    if partitioner is not None and not isinstance(partitioner, str):
+        if by is not None or options:
+            raise InvalidOptionError(
+                "by= and partitioner options apply to a partitioner given by name; this "
+                f"partitioner object is already configured ({partitioner.spec()})"
+            )
+        return partitioner
+    name = partitioner or ("hash" if by is not None else DEFAULT_PARTITIONER)
+    if name not in PARTITIONER_NAMES:
+        raise InvalidOptionError(
+            f"unknown partitioner {name!r}; the partitioners are {', '.join(PARTITIONER_NAMES)}"
+        )
+    if (
+        name == "range"
+        and table is not None
+        and options.get("boundaries") is None
+        and options.get("sample") is None
+        and isinstance(by, (str, list))
+    ):
+        # The whole input is at hand: sample all of it, not only the first batch.
+        key = by if isinstance(by, str) else by[0]
+        if key in table.schema.names:
+            sample = table.column(key)
+            if pa.types.is_dictionary(sample.type):
+                sample = sample.cast(sample.type.value_type)
+            options = {**options, "sample": sample}
+    return make_partitioner(name, num_subpartitions=num_subpartitions, by=by, **options)
+
+
+def _open_input(
+    data: Any, max_batch_rows: int
+) -> tuple[pa.Schema, Iterator[pa.RecordBatch], pa.Table | None]:
+    """The schema and batches of ``data``, plus the table when it is already in memory."""
+    if (
+        isinstance(max_batch_rows, bool)
+        or not isinstance(max_batch_rows, int)
+        or max_batch_rows < 1
+    ):
+        raise InvalidOptionError(
+            f"max_batch_rows must be a positive integer, found {max_batch_rows!r}"
+        )
+    if _is_polars(data):
+        return _open_polars(data, max_batch_rows)
+    if isinstance(data, pa.RecordBatch):
+        data = pa.Table.from_batches([data])
+    if isinstance(data, pa.Table):
+        return _decoded(data.schema, iter(data.to_batches(max_chunksize=max_batch_rows)), data)
+    if isinstance(data, pa.RecordBatchReader):
+        return _decoded(data.schema, _sliced(data, max_batch_rows), None)
+    if hasattr(data, "__arrow_c_stream__"):
+        reader = pa.RecordBatchReader.from_stream(data)
+        return _decoded(reader.schema, _sliced(reader, max_batch_rows), None)
+    raise InvalidOptionError(
+        "write() takes a pyarrow Table, RecordBatch or RecordBatchReader, a polars DataFrame or "
+        f"LazyFrame, or an object with __arrow_c_stream__; found {type(data).__name__}"
+    )
+
+
+def _sliced(reader: pa.RecordBatchReader, max_rows: int) -> Iterator[pa.RecordBatch]:
+    for batch in reader:
+        for start in range(0, batch.num_rows, max_rows):
+            yield batch.slice(start, max_rows)
+
+
+def _is_polars(data: Any) -> bool:
+    # Checked by module name so that polars is imported only for polars inputs.
+    return type(data).__module__.split(".")[0] == "polars"
+
+
+def _open_polars(
+    data: Any, max_batch_rows: int
+) -> tuple[pa.Schema, Iterator[pa.RecordBatch], pa.Table | None]:
+    import polars as pl
+
+    if isinstance(data, pl.DataFrame):
+        table = data.to_arrow()
+        return _decoded(table.schema, iter(table.to_batches(max_chunksize=max_batch_rows)), table)
+    if isinstance(data, pl.LazyFrame):
+        # The schema of an empty frame of the same columns, for inputs with no rows at all.
+        schema = pl.DataFrame(schema=data.collect_schema()).to_arrow().schema
+
+        def frames() -> Iterator[pa.RecordBatch]:
+            for frame in data.collect_batches(chunk_size=max_batch_rows):
+                yield from frame.to_arrow().to_batches(max_chunksize=max_batch_rows)
+
+        return _decoded(schema, frames(), None)
+    if hasattr(data, "__arrow_c_stream__"):
+        reader = pa.RecordBatchReader.from_stream(data)
+        return _decoded(reader.schema, _sliced(reader, max_batch_rows), None)
+    raise InvalidOptionError(
+        f"write() takes a polars DataFrame or LazyFrame, found {type(data).__name__}"
+    )
+
+
+def _decoded(
+    schema: pa.Schema, batches: Iterator[pa.RecordBatch], table: pa.Table | None
+) -> tuple[pa.Schema, Iterator[pa.RecordBatch], pa.Table | None]:
+    """Cast top-level dictionary columns to their value type (files hold plain values)."""
+    if not any(pa.types.is_dictionary(f.type) for f in schema):
+        return schema, batches, table
+    plain = pa.schema(
+        [f.with_type(f.type.value_type) if pa.types.is_dictionary(f.type) else f for f in schema],
+        metadata=schema.metadata,
+    )
+    decoded = (batch.cast(plain) for batch in batches)
+    return plain, decoded, table
