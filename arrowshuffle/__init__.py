@@ -1,6 +1,8 @@
 """arrowshuffle: region-sorted shuffle files readable by any Arrow reader.
 
-The public surface is what this module exports; everything else is private.
+The public surface is what this module exports; everything else is private. Engine
+integrations live in :mod:`arrowshuffle.polars` and :mod:`arrowshuffle.spark` and import their
+engine only when used.
 """
 
 from __future__ import annotations
@@ -16,24 +18,49 @@ from arrowshuffle.format.errors import (
     ShuffleIOError,
     UnsupportedVersionError,
 )
+from arrowshuffle.readers.assign import ConsumerAssignment, assign
+from arrowshuffle.readers.dataset import ShuffleDataset, open_dataset
 from arrowshuffle.readers.file_reader import ShuffleFile, open_file
+from arrowshuffle.readers.layout import file_layout
+from arrowshuffle.readers.validate import ValidationReport, validate_file
+from arrowshuffle.writers.api import write, write_dataset
 from arrowshuffle.writers.file_writer import ShuffleFileWriter, WrittenFile
+from arrowshuffle.writers.memory_pool import MemoryPool, set_default_memory_pool
+from arrowshuffle.writers.partitioners import (
+    PARTITIONER_NAMES,
+    make_partitioner,
+    partitioner_from_spec,
+)
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "PARTITIONER_NAMES",
     "ArrowShuffleError",
     "ChecksumMismatchError",
+    "ConsumerAssignment",
     "CorruptFileError",
     "FormatError",
     "InvalidOptionError",
+    "MemoryPool",
     "MissingObjectError",
     "SchemaMismatchError",
+    "ShuffleDataset",
     "ShuffleFile",
     "ShuffleFileWriter",
     "ShuffleIOError",
     "UnsupportedVersionError",
+    "ValidationReport",
     "WrittenFile",
     "__version__",
+    "assign",
+    "file_layout",
+    "make_partitioner",
+    "open_dataset",
     "open_file",
+    "partitioner_from_spec",
+    "set_default_memory_pool",
+    "validate_file",
+    "write",
+    "write_dataset",
 ]

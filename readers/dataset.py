@@ -2,26 +2,60 @@
 
 from __future__ import annotations
 
+import errno
 import os
+import threading
 from collections.abc import Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 
 from arrowshuffle._storage import Location, read_bytes, resolve, storage_errors
-from arrowshuffle.format.errors import CorruptFileError, MissingObjectError
+from arrowshuffle.format.errors import (
+    CorruptFileError,
+    InvalidOptionError,
+    MissingObjectError,
+    SchemaMismatchError,
+)
+from arrowshuffle.format.index import encode_partitioner, schema_to_bytes
 from arrowshuffle.format.manifest import MANIFEST_NAME, Manifest, decode_manifest
-from arrowshuffle.readers.file_reader import ShuffleFile
-from arrowshuffle.readers.plan import Subpartitions
+from arrowshuffle.readers.assign import select_reads
+from arrowshuffle.readers.file_reader import IndexShape, ShuffleFile, _select_schema, open_file
+from arrowshuffle.readers.plan import DEFAULT_MAX_BLOCK, DEFAULT_MAX_GAP, ChunkRange, Subpartitions
+from arrowshuffle.readers.scheduler import (
+    DEFAULT_IO_THREADS,
+    DEFAULT_MAX_IN_FLIGHT,
+    ReadOptions,
+    ReadTask,
+    run_tasks,
+)
+
+#: The columns of :meth:`ShuffleDataset.stats`.
+_STATS_SCHEMA = pa.schema(
+    [(name, pa.int64()) for name in ("file", "region", "subpartition", "offset", "bytes")]
+    + [("rows", pa.int64()), ("batches", pa.int64()), ("broadcast", pa.bool_())]
+)
 
 
 class ShuffleDataset:
-    """A dataset opened through its manifest. Use :func:`arrowshuffle.open_dataset`."""
+    """A dataset opened through its manifest. Use :func:`arrowshuffle.open_dataset`.
+
+    Files are opened on first use. A read opens (and plans) the files it needs concurrently on
+    a bounded thread pool, fetching only the index slices of the requested subpartitions, then
+    runs all files' fetches through one read scheduler: batches come out file by file in
+    manifest order, and within a file in file order (see :meth:`ShuffleFile.iter_batches`).
+    """
 
     def __init__(self, directory: Location, manifest: Manifest) -> None:
         self.directory = directory
         self.manifest = manifest
         self._files: dict[int, ShuffleFile] = {}
+        self._lock = threading.Lock()
+        # What every index of the dataset should hold, to predict where its sections are.
+        self._schema_length = len(schema_to_bytes(manifest.schema))
+        self._partitioner_length = len(encode_partitioner(manifest.partitioner))
 
     @property
     def url(self) -> str:
@@ -53,29 +87,126 @@ class ShuffleDataset:
         """The partitioner spec of the dataset."""
         return dict(self.manifest.partitioner)
 
-    def file(self, i: int) -> ShuffleFile:
-        """The ``i``-th listed file, opened on first use (sizes checked against the manifest)."""
-        if i not in self._files:
-            entry = self.manifest.files[i]
-            shuffle_file = ShuffleFile(
-                self.directory.child(entry.data),
-                data_size=None,
-                index_size=entry.index_size,
+    def file(self, i: int, *, want: Subpartitions | None = None) -> ShuffleFile:
+        """The ``i``-th listed file, opened on first use and checked against the manifest.
+
+        Args:
+            i: the file's position in the manifest.
+            want: the subpartitions about to be read; a remote open fetches their index
+                entries with the metadata.
+        """
+        if not 0 <= i < self.num_files:
+            raise InvalidOptionError(f"file {i} does not exist: the dataset has {self.num_files}")
+        with self._lock:
+            opened = self._files.get(i)
+        if opened is not None:
+            return opened
+        entry = self.manifest.files[i]
+        shape = IndexShape(
+            entry.regions, self.num_subpartitions, self._schema_length, self._partitioner_length
+        )
+        shuffle_file = ShuffleFile(
+            self.directory.child(entry.data),
+            index_size=entry.index_size,
+            want=want,
+            shape=shape,
+        )
+        self._check_file(shuffle_file, i)
+        with self._lock:
+            return self._files.setdefault(i, shuffle_file)
+
+    def _check_file(self, shuffle_file: ShuffleFile, i: int) -> None:
+        entry = self.manifest.files[i]
+        url = shuffle_file.url
+        if shuffle_file.header.data_length != entry.data_size:
+            raise CorruptFileError(
+                f"{url}: the manifest lists {entry.data_size} data bytes, "
+                f"its index declares {shuffle_file.header.data_length}",
+                rule="M7",
             )
-            if shuffle_file.header.data_length != entry.data_size:
-                raise CorruptFileError(
-                    f"{shuffle_file.url}: the manifest lists {entry.data_size} data bytes, "
-                    f"its index declares {shuffle_file.header.data_length}",
-                    rule="M7",
-                )
-            if shuffle_file.num_subpartitions != self.num_subpartitions:
-                raise CorruptFileError(
-                    f"{shuffle_file.url}: has {shuffle_file.num_subpartitions} subpartitions, "
-                    f"the manifest {self.num_subpartitions}",
-                    rule="M6",
-                )
-            self._files[i] = shuffle_file
-        return self._files[i]
+        if (shuffle_file.num_rows, shuffle_file.num_regions) != (entry.rows, entry.regions):
+            raise CorruptFileError(
+                f"{url}: the manifest lists {entry.rows} rows in {entry.regions} regions, "
+                f"its index declares {shuffle_file.num_rows} rows in {shuffle_file.num_regions}",
+                rule="M7",
+            )
+        if shuffle_file.num_subpartitions != self.num_subpartitions:
+            raise CorruptFileError(
+                f"{url}: has {shuffle_file.num_subpartitions} subpartitions, "
+                f"the manifest {self.num_subpartitions}",
+                rule="M6",
+            )
+        if not shuffle_file.schema.equals(self.schema, check_metadata=False):
+            raise SchemaMismatchError(
+                f"{url}: its schema is {shuffle_file.schema}, the manifest's {self.schema}",
+                rule="M6",
+            )
+
+    # ---------------------------------------------------------------- selection and plans
+
+    def reads(
+        self,
+        subpartitions: Subpartitions | None = None,
+        *,
+        consumer: int | None = None,
+        num_consumers: int | None = None,
+        pattern: str = "all_to_all",
+    ) -> list[tuple[int, Subpartitions]]:
+        """The ``(file, subpartitions)`` pairs a read with these arguments covers, in order.
+
+        ``subpartitions`` applies to every file; ``consumer``/``num_consumers``/``pattern``
+        select what :func:`arrowshuffle.assign` gives that consumer, with each file one
+        producer.
+        """
+        pairs = select_reads(
+            self.num_subpartitions,
+            self.num_files,
+            subpartitions,
+            consumer=consumer,
+            num_consumers=num_consumers,
+            pattern=pattern,
+        )
+        full = range(self.num_subpartitions)
+        return [(f, full if s is None else s) for f, s in pairs]
+
+    def plan(
+        self,
+        subpartitions: Subpartitions | None = None,
+        *,
+        consumer: int | None = None,
+        num_consumers: int | None = None,
+        pattern: str = "all_to_all",
+    ) -> list[tuple[int, list[ChunkRange]]]:
+        """Per file read, the chunk ranges it fetches (see :meth:`ShuffleFile.plan`)."""
+        reads = self.reads(
+            subpartitions, consumer=consumer, num_consumers=num_consumers, pattern=pattern
+        )
+        return [(f, self.file(f, want=s).plan(s)) for f, s in reads]
+
+    def _tasks(
+        self,
+        reads: Sequence[tuple[int, Subpartitions]],
+        columns: Sequence[str] | None,
+        verify: bool,
+        options: ReadOptions,
+    ) -> list[ReadTask]:
+        """Open and plan every file of ``reads``, concurrently for object stores."""
+
+        def prepare(pair: tuple[int, Subpartitions]) -> list[ReadTask]:
+            f, selection = pair
+            return self.file(f, want=selection).read_tasks(
+                selection, columns=columns, verify=verify, options=options
+            )
+
+        if self.directory.is_local or len(reads) < 2:
+            per_file = [prepare(pair) for pair in reads]
+        else:
+            workers = min(options.io_threads, len(reads))
+            with ThreadPoolExecutor(workers, thread_name_prefix="arrowshuffle-open") as pool:
+                per_file = list(pool.map(prepare, reads))
+        return [task for tasks in per_file for task in tasks]
+
+    # ---------------------------------------------------------------- reading
 
     def iter_batches(
         self,
@@ -83,10 +214,35 @@ class ShuffleDataset:
         *,
         columns: Sequence[str] | None = None,
         verify: bool = False,
+        consumer: int | None = None,
+        num_consumers: int | None = None,
+        pattern: str = "all_to_all",
+        max_gap: int = DEFAULT_MAX_GAP,
+        max_block: int = DEFAULT_MAX_BLOCK,
+        max_in_flight: int = DEFAULT_MAX_IN_FLIGHT,
+        io_threads: int = DEFAULT_IO_THREADS,
     ) -> Iterator[pa.RecordBatch]:
-        """Yield the batches of ``subpartitions`` from every file, file by file."""
-        for i in range(self.num_files):
-            yield from self.file(i).iter_batches(subpartitions, columns=columns, verify=verify)
+        """Yield the batches of ``subpartitions`` from every file, file by file.
+
+        Args:
+            subpartitions: an int, a range or an iterable of ints; all by default.
+            columns: names of the columns to return, in that order.
+            verify: check every chunk's CRC32C before decoding it.
+            consumer: read what this consumer is assigned instead of ``subpartitions``.
+            num_consumers: how many consumers share the dataset.
+            pattern: ``"all_to_all"`` or ``"pointwise"``; see :func:`arrowshuffle.assign`.
+            max_gap: merge byte ranges of a file whose gap is at most this many bytes.
+            max_block: the largest merged read.
+            max_in_flight: the most bytes fetched ahead of what has been yielded.
+            io_threads: files opened and ranges fetched at the same time (object stores).
+        """
+        options = ReadOptions(max_gap, max_block, max_in_flight, io_threads)
+        if columns is not None:
+            _select_schema(self.schema, columns)
+        reads = self.reads(
+            subpartitions, consumer=consumer, num_consumers=num_consumers, pattern=pattern
+        )
+        return run_tasks(self._tasks(reads, columns, verify, options), options)
 
     def read(
         self,
@@ -94,14 +250,47 @@ class ShuffleDataset:
         *,
         columns: Sequence[str] | None = None,
         verify: bool = False,
+        consumer: int | None = None,
+        num_consumers: int | None = None,
+        pattern: str = "all_to_all",
+        max_gap: int = DEFAULT_MAX_GAP,
+        max_block: int = DEFAULT_MAX_BLOCK,
+        max_in_flight: int = DEFAULT_MAX_IN_FLIGHT,
+        io_threads: int = DEFAULT_IO_THREADS,
     ) -> pa.Table:
         """Read ``subpartitions`` (all by default) of every file into one table."""
-        schema = self.schema
-        if columns is not None:
-            schema = pa.schema([schema.field(c) for c in columns], metadata=schema.metadata)
-        return pa.Table.from_batches(
-            list(self.iter_batches(subpartitions, columns=columns, verify=verify)), schema=schema
+        schema = self.schema if columns is None else _select_schema(self.schema, columns)
+        batches = self.iter_batches(
+            subpartitions,
+            columns=columns,
+            verify=verify,
+            consumer=consumer,
+            num_consumers=num_consumers,
+            pattern=pattern,
+            max_gap=max_gap,
+            max_block=max_block,
+            max_in_flight=max_in_flight,
+            io_threads=io_threads,
         )
+        return pa.Table.from_batches(list(batches), schema=schema)
+
+    def stats(self) -> pa.Table:
+        """One row per (file, region, subpartition); see :meth:`ShuffleFile.stats`."""
+        tables = []
+        for i in range(self.num_files):
+            table = self.file(i).stats()
+            column = pa.array(np.full(table.num_rows, i, dtype=np.int64))
+            tables.append(table.add_column(0, "file", column))
+        if not tables:
+            return _STATS_SCHEMA.empty_table()
+        return pa.concat_tables(tables)
+
+    @property
+    def requests(self) -> int:
+        """Ranged requests issued so far by the opened files (0 for local datasets)."""
+        with self._lock:
+            files = list(self._files.values())
+        return sum(f.requests for f in files)
 
     def __repr__(self) -> str:
         return (
@@ -115,15 +304,21 @@ def open_dataset(
 ) -> ShuffleDataset:
     """Open the dataset at ``path`` (a directory or URL) through its manifest.
 
+    The manifest costs one request; files are opened when a read needs them.
+
     Raises:
         MissingObjectError: the directory has no manifest (nothing was committed there).
         FormatError: the manifest is not valid.
     """
-    directory = resolve(path, storage_options)
+    return _open_dataset(resolve(path, storage_options))
+
+
+def _open_dataset(directory: Location) -> ShuffleDataset:
     location = directory.child(MANIFEST_NAME)
     with storage_errors(location.url, "opening the dataset"):
         try:
-            data = read_bytes(location)
+            # A ranged read from 0: without a range some file systems ask for the size first.
+            data = read_bytes(location, 0)
         except MissingObjectError as exc:
             raise MissingObjectError(
                 exc.errno,
@@ -131,3 +326,34 @@ def open_dataset(
                 "(nothing was committed there, or the path is wrong)",
             ) from exc
     return ShuffleDataset(directory, decode_manifest(data))
+
+
+def open_shuffle(
+    path: str | os.PathLike[str], storage_options: dict[str, Any] | None = None
+) -> ShuffleFile | ShuffleDataset:
+    """Open a dataset or a single shuffle file, whichever ``path`` is.
+
+    A local directory is a dataset, any other local path a data file. A URL is a dataset when
+    ``<url>/_arrowshuffle_manifest.json`` exists (the request that reads it), otherwise a data
+    file (one failed request more).
+
+    Raises:
+        MissingObjectError: neither a manifest nor a data/index pair exists at ``path``.
+    """
+    location = resolve(path, storage_options)
+    if location.is_local:
+        if os.path.isdir(location.path):
+            return _open_dataset(location)
+        return open_file(location.path)
+    try:
+        return _open_dataset(location)
+    except MissingObjectError:
+        pass
+    try:
+        return ShuffleFile(location)
+    except MissingObjectError as exc:
+        raise MissingObjectError(
+            errno.ENOENT,
+            f"{location.url} is neither a dataset (it has no {MANIFEST_NAME}) nor a shuffle "
+            f"file (there is no index {location.url}.idx)",
+        ) from exc

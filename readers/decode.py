@@ -8,7 +8,7 @@ import pyarrow as pa
 
 from arrowshuffle.format.crc import crc32c
 from arrowshuffle.format.errors import ChecksumMismatchError, CorruptFileError
-from arrowshuffle.readers.plan import ChunkRange
+from arrowshuffle.readers.plan import ChunkRange, FetchBlock
 
 
 def verify_chunks(buffer: pa.Buffer, base: int, chunk_range: ChunkRange, url: str) -> None:
@@ -39,7 +39,9 @@ def decode_range(
             batch = pa.ipc.read_record_batch(message, schema)
             rows += batch.num_rows
             batches.append(batch)
-    except (pa.ArrowInvalid, pa.ArrowIOError, pa.ArrowNotImplementedError, OSError) as exc:
+    except (pa.ArrowException, EOFError, OSError) as exc:
+        # Damaged bytes surface as any pyarrow error: invalid, IO, out of memory for a
+        # hostile declared length, or an end of stream in the middle of a message.
         raise CorruptFileError(
             f"{url}: region {chunk_range.region}, subpartitions "
             f"[{chunk_range.start}, {chunk_range.stop}): expected {chunk_range.batches} record "
@@ -60,3 +62,34 @@ def repeat(batches: list[pa.RecordBatch], times: int) -> Iterator[pa.RecordBatch
     """Hand out the same (immutable, zero-copy) batches ``times`` times."""
     for _ in range(times):
         yield from batches
+
+
+def decode_block(
+    block: FetchBlock,
+    buffer: pa.Buffer,
+    schema: pa.Schema,
+    url: str,
+    *,
+    columns: list[str] | None = None,
+    verify: bool = False,
+) -> list[pa.RecordBatch]:
+    """Decode every chunk range of one fetched block, in order, repeats expanded.
+
+    Args:
+        block: the block; ``buffer`` holds exactly its bytes.
+        buffer: the fetched bytes ``[block.offset, block.end)``.
+        schema: the file's schema.
+        url: the data file, for error messages.
+        columns: keep only these columns, in this order.
+        verify: check each chunk's CRC32C first.
+    """
+    out: list[pa.RecordBatch] = []
+    for chunk_range in block.ranges:
+        if verify:
+            verify_chunks(buffer, block.offset, chunk_range, url)
+        piece = buffer.slice(chunk_range.offset - block.offset, chunk_range.length)
+        batches = decode_range(piece, chunk_range, schema, url)
+        if columns is not None:
+            batches = [b.select(columns) for b in batches]
+        out.extend(repeat(batches, chunk_range.repeat))
+    return out

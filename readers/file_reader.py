@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -13,13 +14,17 @@ from arrowshuffle._storage import INDEX_SUFFIX, Location, resolve
 from arrowshuffle.format.errors import CorruptFileError, InvalidOptionError
 from arrowshuffle.format.index import (
     ENTRY_DTYPE,
-    ShuffleIndex,
+    HEADER_SIZE,
+    IndexHeader,
+    IndexLayout,
+    IndexMeta,
     decode_entries,
     decode_header,
     decode_index,
     decode_meta,
 )
-from arrowshuffle.readers.decode import decode_range, repeat, verify_chunks
+from arrowshuffle.readers.assign import select_reads
+from arrowshuffle.readers.decode import decode_block
 from arrowshuffle.readers.plan import (
     DEFAULT_MAX_BLOCK,
     DEFAULT_MAX_GAP,
@@ -31,21 +36,79 @@ from arrowshuffle.readers.plan import (
     plan_run,
     subpartition_runs,
 )
-from arrowshuffle.readers.source import ByteSource, MappedSource, open_source
+from arrowshuffle.readers.scheduler import (
+    DEFAULT_IO_THREADS,
+    DEFAULT_MAX_IN_FLIGHT,
+    ReadOptions,
+    ReadTask,
+    make_tasks,
+    run_tasks,
+)
+from arrowshuffle.readers.source import ByteSource, MappedSource, RemoteSource, open_source
+
+__all__ = [
+    "DEFAULT_MAX_IN_FLIGHT",
+    "INDEX_MERGE_GAP",
+    "INDEX_PREFIX_BYTES",
+    "IndexShape",
+    "ShuffleFile",
+    "open_file",
+]
 
 #: The first request for a remote index fetches this many bytes: header, metadata and often
 #: the entries too, so that most opens cost one request and the rest two.
 INDEX_PREFIX_BYTES = 64 * 1024
-#: Bytes of data a reader fetches ahead of the batches it hands out.
-DEFAULT_MAX_IN_FLIGHT = 64 * 1024 * 1024
+#: Two pieces of an index closer than this are fetched as one range (the bytes between them
+#: cost less than a second request).
+INDEX_MERGE_GAP = 256 * 1024
+
+
+@dataclass(frozen=True)
+class IndexShape:
+    """What a listing (a manifest) says about an index: enough to predict its layout."""
+
+    num_regions: int
+    num_subpartitions: int
+    schema_length: int
+    partitioner_length: int
+
+    @property
+    def layout(self) -> IndexLayout:
+        """The section offsets an index of this shape has."""
+        return IndexLayout.compute(
+            HEADER_SIZE,
+            self.schema_length,
+            self.partitioner_length,
+            self.num_regions,
+            self.num_subpartitions,
+        )
 
 
 class ShuffleFile:
     """One shuffle file (data + index), opened for reading.
 
-    Use :func:`arrowshuffle.open_file` to create one. Local files are memory-mapped; URLs are
-    read with ranged requests: the index costs one or two, and a read costs one per region for
-    each contiguous run of subpartitions (fewer when neighbouring ranges are merged).
+    Use :func:`arrowshuffle.open_file` to create one. Local files are memory-mapped. URLs are
+    read with ranged requests, never with a metadata (HEAD) request:
+
+    * the index costs one request when it is at most :data:`INDEX_PREFIX_BYTES` long;
+      otherwise a second one fetches the entries of the requested subpartitions (and the rest
+      of the metadata, in the same range when they lie within :data:`INDEX_MERGE_GAP`). Only
+      an index whose metadata alone exceeds the prefix, read for entries far from it, needs a
+      third. Files of a dataset need at most two: the manifest says how large the index is and
+      what it holds, so the first round trip asks for everything the read needs;
+    * a read costs one request per region for each contiguous run of subpartitions, fewer when
+      neighbouring ranges are merged (``max_gap``/``max_block``).
+
+    Args:
+        location: the data file.
+        data_size: the data file's size when a listing already says it (no request is made
+            for it); checked against the index.
+        index_size: the index's size when a listing already says it.
+        want: the subpartitions a first read will ask for; a remote open then fetches their
+            index entries together with the metadata.
+        shape: what a listing says about the index (with ``index_size``): a remote open
+            then asks for the whole metadata and the ``want`` entries in its first round
+            trip, so that it costs at most two requests. A wrong guess costs one more.
     """
 
     def __init__(
@@ -54,38 +117,114 @@ class ShuffleFile:
         *,
         data_size: int | None = None,
         index_size: int | None = None,
+        want: Subpartitions | None = None,
+        shape: IndexShape | None = None,
     ) -> None:
         self.location = location
         self.index_location = location.sibling(INDEX_SUFFIX)
         self._index_source = open_source(self.index_location, index_size)
         self._data_source: ByteSource | None = None
-        self._data_size = data_size
         self._entries: dict[int, np.ndarray] = {}
-        prefix_end = self._index_source.size
-        if not isinstance(self._index_source, MappedSource):
-            prefix_end = min(prefix_end, INDEX_PREFIX_BYTES)
-        (prefix,) = self._index_source.read_ranges([(0, prefix_end)])
-        self._index_prefix = prefix
-        if isinstance(self._index_source, MappedSource):
-            self._index: ShuffleIndex | None = decode_index(memoryview(prefix))
-            self.header = self._index.header
-            self.meta = self._index.meta
-            for s in range(self.header.num_subpartitions):
-                self._entries[s] = self._index.entries[s]
-        else:
-            self._index = None
-            self.header = decode_header(memoryview(prefix), object_size=self._index_source.size)
-            meta_end = self.header.layout.entries_offset
-            if meta_end > len(prefix):
-                (rest,) = self._index_source.read_ranges([(len(prefix), meta_end)])
-                self._index_prefix = pa.py_buffer(prefix.to_pybytes() + rest.to_pybytes())
-            self.meta = decode_meta(self.header, memoryview(self._index_prefix))
-        if self._data_size is not None and self._data_size != self.header.data_length:
+        self._index_bytes = pa.py_buffer(b"")
+        self.header: IndexHeader
+        self.meta: IndexMeta
+        self._open_index(index_size, want, shape)
+        if data_size is not None and data_size != self.header.data_length:
             raise CorruptFileError(
                 f"{location.url}: the index declares a data file of {self.header.data_length} "
-                f"bytes, found {self._data_size}",
+                f"bytes, the listing says {data_size}",
                 rule="V13",
             )
+        self._data_size = self.header.data_length
+
+    # ---------------------------------------------------------------- the index
+
+    def _open_index(
+        self, index_size: int | None, want: Subpartitions | None, shape: IndexShape | None
+    ) -> None:
+        source = self._index_source
+        if isinstance(source, MappedSource):
+            self._install_full_index(source.read_ranges([(0, source.size)])[0])
+            return
+        size = index_size
+        segments: list[tuple[int, pa.Buffer]] = []
+        if size is None:
+            prefix = source.read_prefix(INDEX_PREFIX_BYTES)
+            segments.append((0, prefix))
+            if prefix.size < INDEX_PREFIX_BYTES:
+                size = prefix.size  # a short answer is the whole object
+        else:
+            # With the size known, the first round trip also takes what the expected layout
+            # says the read needs: the whole metadata and the wanted entry slice.
+            ranges = [(0, min(size, INDEX_PREFIX_BYTES))]
+            if shape is not None:
+                ranges += _index_needs(
+                    shape.layout, shape.num_regions, shape.num_subpartitions, want
+                )
+            ranges = _merge_ranges([(b, min(e, size)) for b, e in ranges if b < size])
+            segments += self._fetch_index(ranges)
+        if size is not None and _reach(segments, 0, size) >= size:
+            self._install_full_index(_assemble(segments, 0, size))
+            return
+        self.header = decode_header(memoryview(segments[0][1]), object_size=size)
+        needs = _index_needs(self.header.layout, self.num_regions, self.num_subpartitions, want)
+        missing = [(_reach(segments, b, e), e) for b, e in needs]
+        segments += self._fetch_index(_merge_ranges([(b, e) for b, e in missing if b < e]))
+        meta_end = self.header.layout.entries_offset
+        self.meta = decode_meta(self.header, memoryview(_assemble(segments, 0, meta_end)))
+        self._index_bytes = _assemble(segments, 0, _reach(segments, 0, self.header.index_length))
+        for begin, end in needs[1:]:
+            self._decode_entry_slice(_assemble(segments, begin, end), begin)
+
+    def _fetch_index(self, ranges: list[tuple[int, int]]) -> list[tuple[int, pa.Buffer]]:
+        buffers = self._index_source.read_ranges(ranges)
+        return [(begin, buffer) for (begin, _), buffer in zip(ranges, buffers, strict=True)]
+
+    def _install_full_index(self, data: pa.Buffer) -> None:
+        """Decode and check a whole index (rules V1-V7), keeping every entry."""
+        index = decode_index(memoryview(data))
+        self.header = index.header
+        self.meta = index.meta
+        self._index_bytes = data
+        for s in range(self.header.num_subpartitions):
+            self._entries[s] = index.entries[s]
+
+    def _decode_entry_slice(self, data: pa.Buffer, begin: int) -> None:
+        """Decode whole subpartition blocks of entries that start at index byte ``begin``."""
+        block = self.num_regions * ENTRY_DTYPE.itemsize
+        if block == 0:
+            return
+        first = (begin - self.header.layout.entries_offset) // block
+        count = data.size // block
+        decoded = decode_entries(self.header, self.meta, memoryview(data), first, first + count)
+        for i in range(count):
+            self._entries[first + i] = decoded[i]
+
+    def _ensure_entries(self, runs: Sequence[range]) -> None:
+        """Fetch the entries of every subpartition in ``runs`` that is not cached yet.
+
+        Missing runs close together are fetched as one range; all ranges in one call.
+        """
+        layout = self.header.layout
+        missing: list[tuple[int, int]] = []
+        for run in runs:
+            absent = [s for s in run if s not in self._entries]
+            if not absent:
+                continue
+            begin, end = layout.entry_range(self.num_regions, absent[0], absent[-1] + 1)
+            if missing and begin - missing[-1][1] <= INDEX_MERGE_GAP:
+                missing[-1] = (missing[-1][0], end)
+            else:
+                missing.append((begin, end))
+        if not missing:
+            return
+        have = self._index_bytes.size
+        fetch = [(max(begin, have), end) for begin, end in missing if end > have]
+        starts = [b for b, _ in fetch]
+        fetched = zip(starts, self._index_source.read_ranges(fetch), strict=True)
+        segments = [(0, self._index_bytes), *fetched]
+        for begin, end in missing:
+            self._decode_entry_slice(_assemble(segments, begin, end), begin)
 
     # ---------------------------------------------------------------- metadata
 
@@ -131,27 +270,16 @@ class ShuffleFile:
         in one ranged read, and kept for later calls.
         """
         stop = self.num_subpartitions if stop is None else stop
-        missing = [s for s in range(start, stop) if s not in self._entries]
-        if missing:
-            self._fetch_entries(missing[0], missing[-1] + 1)
+        if not 0 <= start <= stop <= self.num_subpartitions:
+            raise InvalidOptionError(
+                f"subpartition range [{start}, {stop}) is outside the file's "
+                f"[0, {self.num_subpartitions})"
+            )
+        self._ensure_entries([range(start, stop)])
         rows = [self._entries[s] for s in range(start, stop)]
         if not rows:
             return np.zeros((0, self.num_regions), dtype=ENTRY_DTYPE)
         return np.stack(rows)
-
-    def _fetch_entries(self, start: int, stop: int) -> None:
-        begin, end = self.header.layout.entry_range(self.num_regions, start, stop)
-        if end <= self._index_prefix.size:
-            data = self._index_prefix.slice(begin, end - begin)
-        else:
-            # One request: whatever of the slice the prefix does not already hold.
-            fetch_from = max(begin, self._index_prefix.size)
-            (tail,) = self._index_source.read_ranges([(fetch_from, end)])
-            head = self._index_prefix.slice(begin, fetch_from - begin).to_pybytes()
-            data = pa.py_buffer(head + tail.to_pybytes()) if head else tail
-        block = decode_entries(self.header, self.meta, memoryview(data), start, stop)
-        for i, s in enumerate(range(start, stop)):
-            self._entries[s] = block[i]
 
     def stats(self) -> pa.Table:
         """One row per (region, subpartition): offset, bytes, rows, batches, broadcast."""
@@ -175,17 +303,52 @@ class ShuffleFile:
     def plan(self, subpartitions: Subpartitions | None = None) -> list[ChunkRange]:
         """The chunk ranges a read of ``subpartitions`` fetches, in file order."""
         selection = range(self.num_subpartitions) if subpartitions is None else subpartitions
+        runs = subpartition_runs(selection, self.num_subpartitions)
+        self._ensure_entries(runs)
         broadcast = (self.meta.regions["flags"] & 1) != 0
         ranges: list[ChunkRange] = []
-        for run in subpartition_runs(selection, self.num_subpartitions):
+        for run in runs:
             ranges.extend(plan_run(self.entries(run.start, run.stop), broadcast, run))
         ranges.sort(key=lambda c: (c.offset, c.start))
         return dedupe_broadcast(ranges)
 
-    def _data(self) -> ByteSource:
+    def blocks(
+        self,
+        subpartitions: Subpartitions | None = None,
+        *,
+        max_gap: int = DEFAULT_MAX_GAP,
+        max_block: int = DEFAULT_MAX_BLOCK,
+    ) -> list[FetchBlock]:
+        """The ranged reads a read of ``subpartitions`` issues: planned, sorted, coalesced."""
+        return coalesce(self.plan(subpartitions), max_gap=max_gap, max_block=max_block)
+
+    def selection(
+        self,
+        subpartitions: Subpartitions | None = None,
+        *,
+        consumer: int | None = None,
+        num_consumers: int | None = None,
+        pattern: str = "all_to_all",
+    ) -> Subpartitions:
+        """The subpartitions a read with these arguments returns (see :meth:`iter_batches`)."""
+        reads = select_reads(
+            self.num_subpartitions,
+            1,
+            subpartitions,
+            consumer=consumer,
+            num_consumers=num_consumers,
+            pattern=pattern,
+        )
+        if not reads:
+            return range(0)
+        chosen = reads[0][1]
+        return range(self.num_subpartitions) if chosen is None else chosen
+
+    def data_source(self) -> ByteSource:
+        """The data file's byte source (a memory map locally, ranged requests otherwise)."""
         if self._data_source is None:
             source = open_source(self.location, self._data_size)
-            if source.size != self.header.data_length:
+            if isinstance(source, MappedSource) and source.size != self.header.data_length:
                 raise CorruptFileError(
                     f"{self.url}: the index declares a data file of {self.header.data_length} "
                     f"bytes, found {source.size}",
@@ -194,15 +357,40 @@ class ShuffleFile:
             self._data_source = source
         return self._data_source
 
+    def read_tasks(
+        self,
+        subpartitions: Subpartitions | None = None,
+        *,
+        columns: Sequence[str] | None = None,
+        verify: bool = False,
+        options: ReadOptions | None = None,
+    ) -> list[ReadTask]:
+        """The fetch-and-decode tasks of a read, in output order (for the read scheduler)."""
+        options = options or ReadOptions()
+        select = self._projection(columns)
+        blocks = self.blocks(subpartitions, max_gap=options.max_gap, max_block=options.max_block)
+        if not blocks:
+            return []
+        schema, url = self.schema, self.url
+
+        def decode(block: FetchBlock, buffer: pa.Buffer) -> list[pa.RecordBatch]:
+            return decode_block(block, buffer, schema, url, columns=select, verify=verify)
+
+        return list(make_tasks(self.data_source(), blocks, decode, options.task_bytes))
+
     def iter_batches(
         self,
         subpartitions: Subpartitions | None = None,
         *,
         columns: Sequence[str] | None = None,
         verify: bool = False,
+        consumer: int | None = None,
+        num_consumers: int | None = None,
+        pattern: str = "all_to_all",
         max_gap: int = DEFAULT_MAX_GAP,
         max_block: int = DEFAULT_MAX_BLOCK,
         max_in_flight: int = DEFAULT_MAX_IN_FLIGHT,
+        io_threads: int = DEFAULT_IO_THREADS,
     ) -> Iterator[pa.RecordBatch]:
         """Yield the record batches of ``subpartitions`` (all by default), in file order.
 
@@ -210,29 +398,28 @@ class ShuffleFile:
         region, each subpartition's rows in ascending subpartition order; a broadcast chunk is
         fetched once and yielded once per requested subpartition.
 
+        Arguments are checked and the index entries fetched when this is called; data is
+        fetched as the iterator is consumed, at most ``max_in_flight`` bytes ahead.
+
         Args:
             subpartitions: an int, a range, or an iterable of ints (duplicates dropped).
             columns: names of the columns to return, in that order.
             verify: check every chunk's CRC32C before decoding it.
+            consumer: read what consumer ``consumer`` of ``num_consumers`` is assigned
+                (instead of ``subpartitions``); see :func:`arrowshuffle.assign`.
+            num_consumers: the number of consumers sharing the file.
+            pattern: ``"all_to_all"`` or ``"pointwise"`` (one file is one producer).
             max_gap: merge byte ranges whose gap is at most this many bytes.
             max_block: the largest merged read.
             max_in_flight: the most bytes fetched ahead of what has been yielded.
+            io_threads: concurrent fetches on object stores.
         """
-        select = self._projection(columns)
-        blocks = coalesce(self.plan(subpartitions), max_gap=max_gap, max_block=max_block)
-        source = self._data() if blocks else None
-        for wave in _waves(blocks, max_in_flight):
-            assert source is not None
-            buffers = source.read_ranges([(b.offset, b.end) for b in wave])
-            for block, buffer in zip(wave, buffers, strict=True):
-                for cr in block.ranges:
-                    if verify:
-                        verify_chunks(buffer, block.offset, cr, self.url)
-                    piece = buffer.slice(cr.offset - block.offset, cr.length)
-                    batches = decode_range(piece, cr, self.schema, self.url)
-                    if select is not None:
-                        batches = [b.select(select) for b in batches]
-                    yield from repeat(batches, cr.repeat)
+        options = ReadOptions(max_gap, max_block, max_in_flight, io_threads)
+        selection = self.selection(
+            subpartitions, consumer=consumer, num_consumers=num_consumers, pattern=pattern
+        )
+        tasks = self.read_tasks(selection, columns=columns, verify=verify, options=options)
+        return run_tasks(tasks, options)
 
     def read(
         self,
@@ -240,19 +427,44 @@ class ShuffleFile:
         *,
         columns: Sequence[str] | None = None,
         verify: bool = False,
+        consumer: int | None = None,
+        num_consumers: int | None = None,
+        pattern: str = "all_to_all",
+        max_gap: int = DEFAULT_MAX_GAP,
+        max_block: int = DEFAULT_MAX_BLOCK,
+        max_in_flight: int = DEFAULT_MAX_IN_FLIGHT,
+        io_threads: int = DEFAULT_IO_THREADS,
     ) -> pa.Table:
         """Read ``subpartitions`` (all by default) into one table; see :meth:`iter_batches`."""
         schema = self.schema if columns is None else _select_schema(self.schema, columns)
-        return pa.Table.from_batches(
-            list(self.iter_batches(subpartitions, columns=columns, verify=verify)),
-            schema=schema,
+        batches = self.iter_batches(
+            subpartitions,
+            columns=columns,
+            verify=verify,
+            consumer=consumer,
+            num_consumers=num_consumers,
+            pattern=pattern,
+            max_gap=max_gap,
+            max_block=max_block,
+            max_in_flight=max_in_flight,
+            io_threads=io_threads,
         )
+        return pa.Table.from_batches(list(batches), schema=schema)
 
     def _projection(self, columns: Sequence[str] | None) -> list[str] | None:
         if columns is None:
             return None
         _select_schema(self.schema, columns)
         return list(columns)
+
+    @property
+    def requests(self) -> int:
+        """Ranged requests issued so far for the index and the data (0 for local files)."""
+        return sum(
+            s.requests
+            for s in (self._index_source, self._data_source)
+            if isinstance(s, RemoteSource)
+        )
 
     def close(self) -> None:
         """Release the memory maps and cached index entries."""
@@ -272,6 +484,60 @@ class ShuffleFile:
         )
 
 
+def _index_needs(
+    layout: IndexLayout, num_regions: int, num_subpartitions: int, want: Subpartitions | None
+) -> list[tuple[int, int]]:
+    """Index byte ranges a read of ``want`` needs: the metadata, then the entry slice."""
+    needs = [(0, layout.entries_offset)]
+    if want is not None:
+        runs = subpartition_runs(want, num_subpartitions)
+        if runs:
+            needs.append(layout.entry_range(num_regions, runs[0].start, runs[-1].stop))
+    return needs
+
+
+def _merge_ranges(ranges: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """Sort ranges and merge those that overlap or lie within :data:`INDEX_MERGE_GAP`."""
+    merged: list[tuple[int, int]] = []
+    for begin, end in sorted(ranges):
+        if merged and begin - merged[-1][1] <= INDEX_MERGE_GAP:
+            merged[-1] = (merged[-1][0], max(merged[-1][1], end))
+        else:
+            merged.append((begin, end))
+    return merged
+
+
+def _reach(segments: Sequence[tuple[int, pa.Buffer]], begin: int, end: int) -> int:
+    """How far from ``begin`` (up to ``end``) the segments cover the object without a hole."""
+    position = begin
+    for start, data in sorted(segments, key=lambda s: s[0]):
+        if start <= position < start + data.size:
+            position = min(start + data.size, end)
+    return position
+
+
+def _assemble(segments: Sequence[tuple[int, pa.Buffer]], begin: int, end: int) -> pa.Buffer:
+    """The bytes ``[begin, end)`` of an object, from fetched ``(offset, bytes)`` segments."""
+    ordered = sorted(segments, key=lambda s: s[0])
+    for start, data in ordered:
+        if start <= begin and end <= start + data.size:
+            return data.slice(begin - start, end - begin)  # one segment holds it: no copy
+    parts: list[bytes] = []
+    position = begin
+    for start, data in ordered:
+        stop = start + data.size
+        if start <= position < stop:
+            take = min(stop, end) - position
+            parts.append(data.slice(position - start, take).to_pybytes())
+            position += take
+    if position < end:
+        raise CorruptFileError(
+            f"index bytes [{begin}, {end}) were not fetched completely (got up to {position})",
+            rule="V4",
+        )
+    return pa.py_buffer(b"".join(parts))
+
+
 def _select_schema(schema: pa.Schema, columns: Sequence[str]) -> pa.Schema:
     if isinstance(columns, str):
         raise InvalidOptionError(f"columns must be a list of names, found the string {columns!r}")
@@ -281,21 +547,6 @@ def _select_schema(schema: pa.Schema, columns: Sequence[str]) -> pa.Schema:
             f"no column {missing[0]!r} in the file; its columns are {schema.names}"
         )
     return pa.schema([schema.field(c) for c in columns], metadata=schema.metadata)
-
-
-def _waves(blocks: list[FetchBlock], max_in_flight: int) -> Iterator[list[FetchBlock]]:
-    """Group blocks into waves of at most ``max_in_flight`` bytes (at least one block each)."""
-    wave: list[FetchBlock] = []
-    size = 0
-    for block in blocks:
-        length = block.end - block.offset
-        if wave and size + length > max_in_flight:
-            yield wave
-            wave, size = [], 0
-        wave.append(block)
-        size += length
-    if wave:
-        yield wave
 
 
 def open_file(

@@ -13,7 +13,11 @@ from typing import Any
 
 import pyarrow as pa
 
+from arrowshuffle._storage import INDEX_SUFFIX, remove_quietly
 from arrowshuffle.format.errors import InvalidOptionError
+from arrowshuffle.format.manifest import Manifest
+from arrowshuffle.readers.file_reader import ShuffleFile
+from arrowshuffle.writers.dataset_writer import commit_dataset, new_file_name, prepare_directory
 from arrowshuffle.writers.file_writer import (
     DEFAULT_MAX_BATCH_ROWS,
     Partitioner,
@@ -87,6 +91,58 @@ def write(
         for batch in batches:
             writer.write(batch)
         return writer.close()
+
+
+def write_dataset(
+    data: Any,
+    path: str | os.PathLike[str],
+    *,
+    num_subpartitions: int,
+    mode: str = "overwrite",
+    storage_options: dict[str, Any] | None = None,
+    **write_options: Any,
+) -> Manifest:
+    """Write ``data`` as one more file of the dataset at ``path`` and commit its manifest.
+
+    The file is written under a fresh name, then the manifest is replaced (``overwrite``) or
+    extended (``append``): readers see the old dataset until that single atomic step.
+
+    Args:
+        data: anything :func:`write` takes.
+        path: the dataset directory, a local path or an fsspec URL.
+        num_subpartitions: how many subpartitions the file has.
+        mode: ``overwrite``, ``append``, ``error`` or ``ignore`` (as Spark's save modes).
+        storage_options: passed to fsspec for URLs.
+        **write_options: the other options of :func:`write` (``by``, ``partitioner``,
+            ``compression``, ``memory``, ...).
+
+    Returns:
+        The manifest now in force.
+    """
+    directory = prepare_directory(path, storage_options)
+    location = directory.child(new_file_name(0))
+    written = write(
+        data,
+        location.url,
+        num_subpartitions=num_subpartitions,
+        storage_options=storage_options,
+        **write_options,
+    )
+    try:
+        with ShuffleFile(location) as shuffle_file:
+            schema, spec = shuffle_file.schema, shuffle_file.partitioner
+        return commit_dataset(
+            directory,
+            [written],
+            schema=schema,
+            num_subpartitions=num_subpartitions,
+            partitioner=spec,
+            mode=mode,
+        )
+    except BaseException:
+        remove_quietly(location.sibling(INDEX_SUFFIX))
+        remove_quietly(location)
+        raise
 
 
 def _partitioner(

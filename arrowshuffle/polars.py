@@ -1,0 +1,256 @@
+"""polars integration: shuffle files and datasets as LazyFrames.
+
+:func:`scan` returns a ``polars.LazyFrame`` backed by an IO source registered with
+``polars.io.plugins.register_io_source``. polars hands the source the projected columns, a
+predicate and a row limit, and does not apply them again: the source reads only the projected
+columns (plus those the predicate needs), filters every batch with the predicate, and stops
+fetching once the row limit is reached. Batches stream one by one from the read scheduler, so
+``collect()`` and ``collect(engine="streaming")`` both work without holding more than the
+scheduler's in-flight budget of fetched bytes.
+
+Files or datasets: :func:`scan` opens a dataset when the path is a local directory or a URL with
+a manifest, and a single data file otherwise (see
+:func:`arrowshuffle.readers.dataset.open_shuffle`); :func:`scan_file` and :func:`scan_dataset`
+skip the guess.
+
+polars is an optional dependency: ``pip install 'arrowshuffle[polars]'``.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+
+from arrowshuffle.format.errors import InvalidOptionError
+from arrowshuffle.readers.dataset import ShuffleDataset, open_dataset, open_shuffle
+from arrowshuffle.readers.file_reader import ShuffleFile, open_file
+from arrowshuffle.readers.plan import Subpartitions
+
+if TYPE_CHECKING:
+    import polars as pl
+
+__all__ = ["read", "scan", "scan_dataset", "scan_file"]
+
+INSTALL_HINT = "pip install 'arrowshuffle[polars]'"
+#: Rows gathered before one conversion to polars when polars gives no batch size.
+DEFAULT_GROUP_ROWS = 65536
+
+
+def _polars() -> Any:
+    try:
+        import polars
+    except ImportError as exc:
+        raise ImportError(
+            f"arrowshuffle.polars needs polars; install it with {INSTALL_HINT}"
+        ) from exc
+    return polars
+
+
+def scan(
+    path_or_url: str | os.PathLike[str],
+    subpartitions: Subpartitions | None = None,
+    storage_options: dict[str, Any] | None = None,
+    consumer: int | None = None,
+    num_consumers: int | None = None,
+    pattern: str = "all_to_all",
+    *,
+    verify: bool = False,
+) -> pl.LazyFrame:
+    """Lazily read a shuffle dataset or file as a polars LazyFrame.
+
+    Args:
+        path_or_url: a dataset directory or a data file (local path or fsspec URL).
+        subpartitions: an int, a range or a list of ints; all by default.
+        storage_options: passed to fsspec (credentials, endpoint, ...).
+        consumer: read what this consumer is assigned instead of ``subpartitions``.
+        num_consumers: how many consumers share the data.
+        pattern: ``"all_to_all"`` or ``"pointwise"``; see :func:`arrowshuffle.assign`.
+        verify: check every chunk's CRC32C before decoding it.
+
+    Returns:
+        A LazyFrame; nothing is read from the data files until it is collected.
+
+    Raises:
+        MissingObjectError: nothing exists at ``path_or_url``.
+        InvalidOptionError: a selection that does not fit the data.
+    """
+    _polars()
+    reader = open_shuffle(path_or_url, storage_options)
+    return _scan(reader, subpartitions, consumer, num_consumers, pattern, verify)
+
+
+def scan_file(
+    path_or_url: str | os.PathLike[str],
+    subpartitions: Subpartitions | None = None,
+    storage_options: dict[str, Any] | None = None,
+    consumer: int | None = None,
+    num_consumers: int | None = None,
+    pattern: str = "all_to_all",
+    *,
+    verify: bool = False,
+) -> pl.LazyFrame:
+    """Like :func:`scan`, for one data file (its index beside it)."""
+    _polars()
+    reader = open_file(path_or_url, storage_options)
+    return _scan(reader, subpartitions, consumer, num_consumers, pattern, verify)
+
+
+def scan_dataset(
+    path_or_url: str | os.PathLike[str],
+    subpartitions: Subpartitions | None = None,
+    storage_options: dict[str, Any] | None = None,
+    consumer: int | None = None,
+    num_consumers: int | None = None,
+    pattern: str = "all_to_all",
+    *,
+    verify: bool = False,
+) -> pl.LazyFrame:
+    """Like :func:`scan`, for a dataset directory (through its manifest)."""
+    _polars()
+    reader = open_dataset(path_or_url, storage_options)
+    return _scan(reader, subpartitions, consumer, num_consumers, pattern, verify)
+
+
+def read(
+    path_or_url: str | os.PathLike[str],
+    subpartitions: Subpartitions | None = None,
+    storage_options: dict[str, Any] | None = None,
+    consumer: int | None = None,
+    num_consumers: int | None = None,
+    pattern: str = "all_to_all",
+    *,
+    verify: bool = False,
+) -> pl.DataFrame:
+    """Read a shuffle dataset or file into a polars DataFrame; see :func:`scan`."""
+    frame: pl.DataFrame = scan(
+        path_or_url,
+        subpartitions,
+        storage_options,
+        consumer,
+        num_consumers,
+        pattern,
+        verify=verify,
+    ).collect()
+    return frame
+
+
+def _scan(
+    reader: ShuffleFile | ShuffleDataset,
+    subpartitions: Subpartitions | None,
+    consumer: int | None,
+    num_consumers: int | None,
+    pattern: str,
+    verify: bool,
+) -> pl.LazyFrame:
+    polars = _polars()
+    from polars.io.plugins import register_io_source
+
+    selection: dict[str, Any] = {
+        "consumer": consumer,
+        "num_consumers": num_consumers,
+        "pattern": pattern,
+    }
+    # Check the selection now, so that a bad one fails at scan() rather than at collect().
+    if isinstance(reader, ShuffleDataset):
+        reader.reads(subpartitions, **selection)
+    else:
+        reader.selection(subpartitions, **selection)
+    arrow_schema = reader.schema
+    schema = polars.from_arrow(arrow_schema.empty_table()).schema
+
+    def source(
+        with_columns: list[str] | None,
+        predicate: pl.Expr | None,
+        n_rows: int | None,
+        batch_size: int | None,
+    ) -> Iterator[pl.DataFrame]:
+        if n_rows is not None and n_rows <= 0:
+            return
+        columns = _columns_to_read(with_columns, predicate, arrow_schema.names)
+        batches = reader.iter_batches(subpartitions, columns=columns, verify=verify, **selection)
+        read_schema = (
+            arrow_schema if columns is None else pa.schema([arrow_schema.field(c) for c in columns])
+        )
+        # Batches are converted in groups of about polars' batch size: one conversion of many
+        # small batches costs far less than many conversions. With a limit and no predicate,
+        # a group never needs more rows than the limit.
+        group_rows = batch_size or DEFAULT_GROUP_ROWS
+        if n_rows is not None and predicate is None:
+            group_rows = min(group_rows, n_rows)
+        remaining = n_rows
+        try:
+            for group in _groups(batches, group_rows):
+                frame = polars.from_arrow(
+                    pa.Table.from_batches(group, schema=read_schema), rechunk=False
+                )
+                if predicate is not None:
+                    frame = frame.filter(predicate)
+                if with_columns is not None and frame.columns != list(with_columns):
+                    frame = frame.select(with_columns)
+                if remaining is not None:
+                    frame = frame.head(remaining)
+                    remaining -= frame.height
+                yield from _slices(frame, batch_size)
+                if remaining == 0:
+                    return
+        finally:
+            close = getattr(batches, "close", None)
+            if close is not None:
+                close()
+
+    detail = f"{reader.url}"
+    if subpartitions is not None:
+        detail += f" subpartitions={subpartitions!r}"
+    if consumer is not None:
+        detail += f" consumer={consumer}/{num_consumers} {pattern}"
+    frame: pl.LazyFrame = register_io_source(
+        source,
+        schema=schema,
+        is_pure=True,
+        explain_name="arrowshuffle",
+        explain_detail=detail,
+    )
+    return frame
+
+
+def _columns_to_read(
+    with_columns: list[str] | None, predicate: pl.Expr | None, names: list[str]
+) -> list[str] | None:
+    """The projected columns plus those the predicate reads, in schema order."""
+    if with_columns is None:
+        return None
+    wanted = set(with_columns)
+    if predicate is not None:
+        wanted.update(predicate.meta.root_names())
+    unknown = wanted - set(names)
+    if unknown:
+        raise InvalidOptionError(f"no column {sorted(unknown)[0]!r}; the columns are {names}")
+    return [n for n in names if n in wanted]
+
+
+def _groups(batches: Iterator[pa.RecordBatch], rows: int) -> Iterator[list[pa.RecordBatch]]:
+    """Gather consecutive batches until they hold at least ``rows`` rows."""
+    group: list[pa.RecordBatch] = []
+    count = 0
+    for batch in batches:
+        group.append(batch)
+        count += batch.num_rows
+        if count >= rows:
+            yield group
+            group, count = [], 0
+    if group:
+        yield group
+
+
+def _slices(frame: pl.DataFrame, batch_size: int | None) -> Iterator[pl.DataFrame]:
+    """Cut a frame into pieces of at most ``batch_size`` rows (polars' hint); skip empty ones."""
+    if frame.height == 0:
+        return
+    if not batch_size or frame.height <= batch_size:
+        yield frame
+        return
+    for start in range(0, frame.height, batch_size):
+        yield frame.slice(start, batch_size)

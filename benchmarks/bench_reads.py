@@ -1,0 +1,535 @@
+"""Read one subpartition: arrowshuffle vs a whole-file IPC scan vs hive-partitioned Parquet.
+
+One run generates the data, writes three layouts and measures:
+
+* local, warm page cache: the median time to read one subpartition with
+  - arrowshuffle (pyarrow tables) and arrowshuffle through polars,
+  - polars ``scan_ipc(data files).filter(pl.col("sp") == s)`` over the same data files (they are
+    plain Arrow IPC files, so this is the same bytes without the index),
+  - a hive-partitioned Parquet dataset (one directory per subpartition, one file per writer
+    task in each) read with polars and with pyarrow;
+* object storage (moto's S3 server on 127.0.0.1, a smaller copy of the data): per read, the
+  HTTP requests (every method: GET, HEAD, LIST) and response bytes the server saw; the read
+  amplification, bytes transferred / bytes of the subpartition in that layout's own encoding
+  (its chunk bytes in the data files; the files of its ``sp=<s>`` directory for Parquet), once
+  over all bytes (manifest, indexes, listings and footers included) and once over the bytes of
+  data objects only; and a modeled time of ``requests x latency + bytes / bandwidth``
+  (20 ms, 100 MB/s by default), a serial model that ignores concurrency.
+
+Usage::
+
+    python benchmarks/bench_reads.py                    # default size, table + JSON
+    python benchmarks/bench_reads.py --rows 500000 --no-s3
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import logging
+import os
+import platform
+import statistics
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import polars as pl
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.dataset as pads
+import pyarrow.parquet as pq
+
+import arrowshuffle.polars as asp
+from arrowshuffle.readers.dataset import open_dataset
+from arrowshuffle.writers.dataset_writer import commit_dataset, new_file_name, prepare_directory
+from arrowshuffle.writers.file_writer import ShuffleFileWriter
+
+SCHEMA = pa.schema(
+    [
+        ("id", pa.int64()),
+        ("sp", pa.int32()),
+        ("key", pa.int64()),
+        ("value", pa.float64()),
+        ("score", pa.float32()),
+        ("name", pa.string()),
+    ]
+)
+MB = 1_000_000
+
+
+# ---------------------------------------------------------------------- data and layouts
+
+
+def generate(rows: int, files: int, subpartitions: int, seed: int) -> Iterator[pa.Table]:
+    """One table per writer task; ``sp`` is each row's subpartition (uniform)."""
+    rng = np.random.default_rng(seed)
+    per_file = rows // files
+    for f in range(files):
+        first = f * per_file
+        ids = np.arange(first, first + per_file, dtype=np.int64)
+        names = pc.binary_join_element_wise(
+            "user-", pc.cast(pa.array(rng.integers(0, 1_000_000, per_file)), pa.string()), ""
+        )
+        yield pa.table(
+            [
+                pa.array(ids),
+                pa.array(rng.integers(0, subpartitions, per_file).astype(np.int32)),
+                pa.array(rng.integers(0, 1 << 40, per_file)),
+                pa.array(rng.standard_normal(per_file)),
+                pa.array(rng.random(per_file).astype(np.float32)),
+                names,
+            ],
+            schema=SCHEMA,
+        )
+
+
+def write_shuffle(
+    url: str,
+    tables: list[pa.Table],
+    subpartitions: int,
+    region_bytes: int,
+    storage_options: dict[str, Any] | None = None,
+) -> None:
+    directory = prepare_directory(url, storage_options)
+    written = []
+    for f, table in enumerate(tables):
+        path = directory.child(new_file_name(f)).url
+        with ShuffleFileWriter(
+            path, SCHEMA, subpartitions, memory=region_bytes, storage_options=storage_options
+        ) as writer:
+            for batch in table.to_batches(max_chunksize=8192):
+                writer.write(batch, subpartitions=batch.column("sp"))
+        assert writer.written is not None
+        written.append(writer.written)
+    commit_dataset(
+        directory,
+        written,
+        schema=SCHEMA,
+        num_subpartitions=subpartitions,
+        partitioner={"name": "explicit"},
+    )
+
+
+def write_hive(
+    root: str, tables: list[pa.Table], subpartitions: int, open_output: Callable[[str], Any]
+) -> None:
+    """``root/sp=<s>/part-<f>.parquet``: every task writes one file per subpartition."""
+    for f, table in enumerate(tables):
+        order = pc.sort_indices(table, [("sp", "ascending")])
+        table = table.take(order)
+        sp = table.column("sp").to_numpy()
+        bounds = np.searchsorted(sp, np.arange(subpartitions + 1))
+        body = table.drop_columns(["sp"])
+        for s in range(subpartitions):
+            part = body.slice(int(bounds[s]), int(bounds[s + 1] - bounds[s]))
+            with open_output(f"{root}/sp={s}/part-{f:05d}.parquet") as out:
+                pq.write_table(part, out)
+
+
+def chunk_bytes(url: str, s: int, storage_options: dict[str, Any] | None = None) -> int:
+    """Bytes of subpartition ``s`` in the data files (what a perfect reader transfers)."""
+    dataset = open_dataset(url, storage_options)
+    total = 0
+    for f, ranges in dataset.plan(s):
+        del f
+        total += sum(c.length for c in ranges)
+    return total
+
+
+# ---------------------------------------------------------------------- local timings
+
+
+def local_methods(root: Path, data_files: list[str]) -> dict[str, Callable[[int], int]]:
+    shuffle = str(root / "shuffle")
+    hive = str(root / "hive")
+
+    def arrowshuffle_pyarrow(s: int) -> int:
+        return open_dataset(shuffle).read(s).num_rows
+
+    def arrowshuffle_polars(s: int) -> int:
+        return asp.scan(shuffle, s).collect().height
+
+    def polars_scan_ipc(s: int) -> int:
+        return pl.scan_ipc(data_files).filter(pl.col("sp") == s).collect().height
+
+    def polars_hive_parquet(s: int) -> int:
+        frame = pl.scan_parquet(f"{hive}/**/*.parquet", hive_partitioning=True)
+        return frame.filter(pl.col("sp") == s).collect().height
+
+    def pyarrow_hive_parquet(s: int) -> int:
+        dataset = pads.dataset(hive, format="parquet", partitioning="hive")
+        return dataset.to_table(filter=pads.field("sp") == s).num_rows
+
+    return {
+        "arrowshuffle (pyarrow)": arrowshuffle_pyarrow,
+        "arrowshuffle (polars)": arrowshuffle_polars,
+        "polars scan_ipc + filter": polars_scan_ipc,
+        "hive parquet (polars)": polars_hive_parquet,
+        "hive parquet (pyarrow)": pyarrow_hive_parquet,
+    }
+
+
+def time_local(
+    methods: dict[str, Callable[[int], int]], ids: list[int], repeat: int
+) -> dict[str, dict[str, Any]]:
+    times: dict[str, list[float]] = {name: [] for name in methods}
+    rows: dict[int, dict[str, int]] = {s: {} for s in ids}
+    for method in methods.values():
+        method(ids[0])  # warm-up: imports, page cache, thread pools
+    for _ in range(repeat):
+        for s in ids:
+            for name, method in methods.items():  # interleaved, so drift hits all alike
+                start = time.perf_counter()
+                rows[s][name] = method(s)
+                times[name].append(time.perf_counter() - start)
+    for s, by_method in rows.items():
+        if len(set(by_method.values())) != 1:
+            raise SystemExit(f"methods disagree on subpartition {s}: {by_method}")
+    base = statistics.median(times["arrowshuffle (pyarrow)"])
+    return {
+        name: {
+            "median_s": statistics.median(t),
+            "min_s": min(t),
+            "max_s": max(t),
+            "ratio_vs_arrowshuffle": statistics.median(t) / base,
+            "rows_per_read": statistics.mean(rows[s][name] for s in ids),
+        }
+        for name, t in times.items()
+    }
+
+
+def local_bytes(root: Path, ids: list[int], data_files: list[str]) -> dict[str, Any]:
+    """Planned bytes of an arrowshuffle read (memory-mapped: what the read may touch)."""
+    shuffle = str(root / "shuffle")
+    dataset = open_dataset(shuffle)
+    planned = needed = 0
+    for s in ids:
+        for f, ranges in dataset.plan(s):
+            needed += sum(c.length for c in ranges)
+            blocks = dataset.file(f).blocks(s)
+            planned += sum(b.end - b.offset for b in blocks)
+    data_total = sum(os.path.getsize(p) for p in data_files)
+    hive_total = sum(p.stat().st_size for p in (root / "hive").rglob("*.parquet"))
+    return {
+        "needed_bytes_per_read": needed / len(ids),
+        "arrowshuffle_planned_bytes_per_read": planned / len(ids),
+        "arrowshuffle_amplification": planned / needed,
+        "data_files_bytes": data_total,
+        "hive_parquet_bytes": hive_total,
+        "hive_parquet_files": sum(1 for _ in (root / "hive").rglob("*.parquet")),
+    }
+
+
+# ---------------------------------------------------------------------- object storage (moto)
+
+
+class RequestCounter:
+    """WSGI middleware in front of moto: counts requests and response bytes, per method."""
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+        self.lock = threading.Lock()
+        self.records: list[tuple[str, str, int]] = []
+
+    def take(self) -> list[tuple[str, str, int]]:
+        with self.lock:
+            out, self.records = self.records, []
+        return out
+
+    def __call__(self, environ: dict[str, Any], start_response: Any) -> Any:
+        method, path = environ["REQUEST_METHOD"], environ.get("PATH_INFO", "")
+        sent = [0]
+
+        def body() -> Iterator[bytes]:
+            result = self.app(environ, start_response)
+            try:
+                for chunk in result:
+                    sent[0] += len(chunk)
+                    yield chunk
+            finally:
+                with self.lock:
+                    self.records.append((method, path, sent[0]))
+                close = getattr(result, "close", None)
+                if close is not None:
+                    close()
+
+        return body()
+
+
+@contextlib.contextmanager
+def moto_server() -> Iterator[tuple[str, RequestCounter]]:
+    from moto.server import ThreadedMotoServer
+
+    logging.getLogger("werkzeug").setLevel(logging.ERROR)
+    for name in list(os.environ):
+        if name.startswith("AWS_"):
+            del os.environ[name]
+    os.environ["AWS_CONFIG_FILE"] = os.devnull
+    os.environ["AWS_SHARED_CREDENTIALS_FILE"] = os.devnull
+    os.environ["AWS_EC2_METADATA_DISABLED"] = "true"
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    try:
+        host, port = server.get_host_and_port()
+        wsgi = server._server
+        assert wsgi is not None
+        counter = RequestCounter(wsgi.app)
+        wsgi.app = counter
+        yield f"http://{host}:{port}", counter
+    finally:
+        server.stop()
+
+
+def measure_s3(args: argparse.Namespace, ids: list[int]) -> dict[str, Any]:
+    import fsspec
+    from pyarrow import fs as pafs
+
+    with moto_server() as (endpoint, counter):
+        options = {
+            "endpoint_url": endpoint,
+            "key": "bench",
+            "secret": "bench",
+            "client_kwargs": {"region_name": "eu-west-1"},
+            "use_listings_cache": False,
+        }
+        polars_options = {
+            "aws_endpoint_url": endpoint,
+            "aws_access_key_id": "bench",
+            "aws_secret_access_key": "bench",
+            "aws_region": "eu-west-1",
+            "aws_allow_http": "true",
+        }
+        bucket = f"bench-{uuid.uuid4().hex[:8]}"
+        s3 = fsspec.filesystem("s3", **options)
+        s3.mkdir(bucket)
+        tables = list(generate(args.s3_rows, args.files, args.subpartitions, args.seed))
+        shuffle = f"s3://{bucket}/shuffle"
+        write_shuffle(shuffle, tables, args.subpartitions, args.s3_region_bytes, options)
+        hive = f"{bucket}/hive"
+        write_hive(hive, tables, args.subpartitions, lambda p: s3.open(p, "wb"))
+        data_files = [f"s3://{p}" for p in sorted(s3.glob(f"{bucket}/shuffle/*.arrow"))]
+        host = endpoint.removeprefix("http://")
+        arrow_s3 = pafs.S3FileSystem(
+            access_key="bench",
+            secret_key="bench",
+            endpoint_override=host,
+            scheme="http",
+            region="eu-west-1",
+        )
+        needed = {s: chunk_bytes(shuffle, s, options) for s in ids}
+        hive_needed = {
+            s: sum(int(e["size"]) for e in s3.ls(f"{hive}/sp={s}", detail=True)) for s in ids
+        }
+        counter.take()
+
+        methods: dict[str, tuple[Callable[[int], int], dict[int, int]]] = {
+            "arrowshuffle (pyarrow)": (
+                lambda s: open_dataset(shuffle, options).read(s).num_rows,
+                needed,
+            ),
+            "arrowshuffle (pyarrow, max_gap=0)": (
+                lambda s: open_dataset(shuffle, options).read(s, max_gap=0).num_rows,
+                needed,
+            ),
+            "arrowshuffle (pyarrow, max_gap=2MB)": (
+                lambda s: open_dataset(shuffle, options).read(s, max_gap=2 * MB).num_rows,
+                needed,
+            ),
+            "arrowshuffle (polars)": (
+                lambda s: asp.scan(shuffle, s, storage_options=options).collect().height,
+                needed,
+            ),
+            "polars scan_ipc + filter": (
+                lambda s: (
+                    pl.scan_ipc(data_files, storage_options=polars_options)
+                    .filter(pl.col("sp") == s)
+                    .collect()
+                    .height
+                ),
+                needed,
+            ),
+            "hive parquet (polars)": (
+                lambda s: (
+                    pl.scan_parquet(
+                        f"s3://{hive}/**/*.parquet",
+                        hive_partitioning=True,
+                        storage_options=polars_options,
+                    )
+                    .filter(pl.col("sp") == s)
+                    .collect()
+                    .height
+                ),
+                hive_needed,
+            ),
+            "hive parquet (pyarrow)": (
+                lambda s: (
+                    pads.dataset(hive, format="parquet", partitioning="hive", filesystem=arrow_s3)
+                    .to_table(filter=pads.field("sp") == s)
+                    .num_rows
+                ),
+                hive_needed,
+            ),
+        }
+        results: dict[str, Any] = {}
+        rows_seen: dict[int, set[int]] = {s: set() for s in ids}
+        for name, (method, wanted) in methods.items():
+            requests = gets = transferred = data_bytes = 0
+            need = 0
+            for s in ids:
+                counter.take()
+                rows_seen[s].add(method(s))
+                records = counter.take()
+                requests += len(records)
+                gets += sum(1 for m, _, _ in records if m == "GET")
+                transferred += sum(n for _, _, n in records)
+                data_bytes += sum(n for _, p, n in records if p.endswith((".arrow", ".parquet")))
+                need += wanted[s]
+            n = len(ids)
+            modeled = (requests / n) * args.latency_ms / 1000 + (transferred / n) / (
+                args.bandwidth_mbps * MB
+            )
+            results[name] = {
+                "requests_per_read": requests / n,
+                "gets_per_read": gets / n,
+                "bytes_per_read": transferred / n,
+                "needed_bytes_per_read": need / n,
+                "data_bytes_per_read": data_bytes / n,
+                "amplification": transferred / need,
+                "data_amplification": data_bytes / need,
+                "modeled_s": modeled,
+            }
+        for s, counts in rows_seen.items():
+            if len(counts) != 1:
+                raise SystemExit(f"object-store methods disagree on subpartition {s}: {counts}")
+        base = results["arrowshuffle (pyarrow)"]["modeled_s"]
+        for entry in results.values():
+            entry["modeled_ratio_vs_arrowshuffle"] = entry["modeled_s"] / base
+        return {
+            "rows": args.s3_rows,
+            "data_file_bytes": sum(int(s3.size(p)) for p in data_files),
+            "regions_per_file": [f.regions for f in open_dataset(shuffle, options).manifest.files],
+            "hive_parquet_files": args.files * args.subpartitions,
+            "methods": results,
+        }
+
+
+# ---------------------------------------------------------------------- report
+
+
+def print_tables(result: dict[str, Any]) -> None:
+    local = result["local"]
+    print(
+        f"\nLocal (warm cache): {result['config']['rows']:,} rows, {result['config']['files']} "
+        f"files, {result['config']['subpartitions']} subpartitions, "
+        f"regions per file {local['regions_per_file']}"
+    )
+    print(f"{'method':36} {'median ms':>10} {'min ms':>8} {'x arrowshuffle':>15} {'rows':>9}")
+    for name, m in local["methods"].items():
+        print(
+            f"{name:36} {m['median_s'] * 1000:10.1f} {m['min_s'] * 1000:8.1f} "
+            f"{m['ratio_vs_arrowshuffle']:15.2f} {m['rows_per_read']:9.0f}"
+        )
+    b = local["bytes"]
+    print(
+        f"arrowshuffle planned bytes/read {b['arrowshuffle_planned_bytes_per_read'] / MB:.2f} MB, "
+        f"needed {b['needed_bytes_per_read'] / MB:.2f} MB (amplification "
+        f"{b['arrowshuffle_amplification']:.2f}); data files {b['data_files_bytes'] / MB:.1f} MB; "
+        f"hive parquet {b['hive_parquet_bytes'] / MB:.1f} MB in {b['hive_parquet_files']} files"
+    )
+    if "s3" not in result:
+        return
+    s3 = result["s3"]
+    config = result["config"]
+    print(
+        f"\nObject storage (moto, counted at the server): {s3['rows']:,} rows, data files "
+        f"{s3['data_file_bytes'] / MB:.2f} MB, regions per file {s3['regions_per_file']}; "
+        f"modeled time = requests x {config['latency_ms']} ms + bytes / "
+        f"{config['bandwidth_mbps']} MB/s"
+    )
+    print(
+        f"{'method':36} {'requests':>9} {'GETs':>6} {'KB/read':>9} {'needed KB':>10} "
+        f"{'ampl.':>6} {'data ampl.':>10} {'model ms':>9} {'x arrowshuffle':>15}"
+    )
+    for name, m in s3["methods"].items():
+        print(
+            f"{name:36} {m['requests_per_read']:9.1f} {m['gets_per_read']:6.1f} "
+            f"{m['bytes_per_read'] / 1000:9.1f} {m['needed_bytes_per_read'] / 1000:10.1f} "
+            f"{m['amplification']:6.2f} {m['data_amplification']:10.2f} "
+            f"{m['modeled_s'] * 1000:9.1f} "
+            f"{m['modeled_ratio_vs_arrowshuffle']:15.2f}"
+        )
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rows", type=int, default=2_000_000, help="rows (local)")
+    parser.add_argument("--files", type=int, default=8, help="writer tasks = data files")
+    parser.add_argument("--subpartitions", type=int, default=64)
+    parser.add_argument("--region-bytes", type=int, default=2 << 20, help="sort buffer")
+    parser.add_argument("--repeat", type=int, default=5, help="rounds over the sample ids")
+    parser.add_argument("--samples", type=int, default=4, help="subpartitions read per round")
+    parser.add_argument("--no-s3", action="store_true", help="skip the object-store part")
+    parser.add_argument("--s3-rows", type=int, default=200_000, help="rows (object store)")
+    parser.add_argument("--s3-region-bytes", type=int, default=256 << 10)
+    parser.add_argument("--latency-ms", type=float, default=20.0)
+    parser.add_argument("--bandwidth-mbps", type=float, default=100.0)
+    parser.add_argument("--seed", type=int, default=42)
+    parser.add_argument(
+        "--out",
+        type=Path,
+        default=Path(__file__).resolve().parent / "results" / "reads.json",
+        help="JSON output",
+    )
+    args = parser.parse_args(argv)
+    rng = np.random.default_rng(args.seed)
+    ids = sorted(int(s) for s in rng.choice(args.subpartitions, args.samples, replace=False))
+    result: dict[str, Any] = {
+        "config": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()}
+        | {
+            "subpartition_ids": ids,
+            "python": sys.version.split()[0],
+            "machine": platform.machine(),
+            "cpus": os.cpu_count(),
+            "pyarrow": pa.__version__,
+            "polars": pl.__version__,
+        },
+    }
+    with tempfile.TemporaryDirectory(prefix="bench-reads-") as tmp:
+        root = Path(tmp)
+        tables = list(generate(args.rows, args.files, args.subpartitions, args.seed))
+        write_shuffle(str(root / "shuffle"), tables, args.subpartitions, args.region_bytes)
+        write_hive(str(root / "hive"), tables, args.subpartitions, _local_output)
+        del tables
+        data_files = sorted(str(p) for p in (root / "shuffle").glob("*.arrow"))
+        methods = local_methods(root, data_files)
+        result["local"] = {
+            "regions_per_file": [
+                f.regions for f in open_dataset(str(root / "shuffle")).manifest.files
+            ],
+            "methods": time_local(methods, ids, args.repeat),
+            "bytes": local_bytes(root, ids, data_files),
+        }
+    if not args.no_s3:
+        result["s3"] = measure_s3(args, ids)
+    print_tables(result)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(result, indent=1) + "\n")
+    print(f"\nwritten {args.out}")
+    return 0
+
+
+def _local_output(path: str) -> Any:
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    return open(path, "wb")
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,166 @@
+"""The read scheduler: fetch planned byte ranges with bounded concurrency and bounded memory.
+
+Every reader (file, dataset, polars) turns its selection into :class:`ReadTask` objects, in the
+order their batches must come out: per file, fetch blocks sorted by offset (see
+:mod:`arrowshuffle.readers.plan`), files in dataset order. :func:`run_tasks` then
+
+* runs tasks on object stores on a bounded pool of IO threads, so that many files (and many
+  ranges of one file) are fetched at the same time;
+* keeps at most ``max_in_flight`` fetched bytes that have not been handed out yet: while the
+  caller consumes one task's batches, the next tasks are fetched, but only as many as fit
+  (a single task larger than the budget is fetched alone);
+* hands batches out strictly in task order, whatever order fetches finish in.
+
+Memory-mapped local files need no IO threads: their tasks run in the caller's thread when
+their turn comes, and the operating system does the read-ahead.
+"""
+
+from __future__ import annotations
+
+import collections
+import numbers
+from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
+
+import pyarrow as pa
+
+from arrowshuffle.format.errors import InvalidOptionError
+from arrowshuffle.readers.plan import DEFAULT_MAX_BLOCK, DEFAULT_MAX_GAP, FetchBlock
+from arrowshuffle.readers.source import ByteSource
+
+#: Bytes fetched ahead of the batches handed out.
+DEFAULT_MAX_IN_FLIGHT = 64 * 1024 * 1024
+#: IO threads of one read (each may have several ranged requests outstanding).
+DEFAULT_IO_THREADS = 8
+#: A task holds at most this share of the in-flight budget, so that several run at once.
+_TASKS_PER_BUDGET = 4
+
+Decoder = Callable[[FetchBlock, pa.Buffer], list[pa.RecordBatch]]
+
+
+@dataclass(frozen=True)
+class ReadOptions:
+    """How a read fetches: coalescing, memory budget and IO concurrency.
+
+    Attributes:
+        max_gap: merge two byte ranges of a file when at most this many bytes lie between them.
+        max_block: the largest merged range (a single larger chunk range is still one read).
+        max_in_flight: the most fetched bytes not yet handed out to the caller.
+        io_threads: how many fetches run at the same time (object stores only).
+    """
+
+    max_gap: int = DEFAULT_MAX_GAP
+    max_block: int = DEFAULT_MAX_BLOCK
+    max_in_flight: int = DEFAULT_MAX_IN_FLIGHT
+    io_threads: int = DEFAULT_IO_THREADS
+
+    def __post_init__(self) -> None:
+        for name, minimum in (
+            ("max_gap", 0),
+            ("max_block", 1),
+            ("max_in_flight", 1),
+            ("io_threads", 1),
+        ):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+                raise InvalidOptionError(f"{name} must be an integer, found {value!r}")
+            if value < minimum:
+                raise InvalidOptionError(f"{name} must be at least {minimum}, found {value}")
+
+    @property
+    def task_bytes(self) -> int:
+        """The most bytes grouped into one task (one ``cat_ranges`` call)."""
+        return max(1, self.max_in_flight // _TASKS_PER_BUDGET)
+
+
+@dataclass(frozen=True)
+class ReadTask:
+    """Some fetch blocks of one object, fetched together, and how to decode each of them."""
+
+    source: ByteSource
+    blocks: tuple[FetchBlock, ...]
+    decode: Decoder
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes this task fetches."""
+        return sum(b.end - b.offset for b in self.blocks)
+
+    def run(self) -> list[pa.RecordBatch]:
+        """Fetch the blocks (one request each, concurrently where possible) and decode them."""
+        buffers = self.source.read_ranges([(b.offset, b.end) for b in self.blocks])
+        out: list[pa.RecordBatch] = []
+        for block, buffer in zip(self.blocks, buffers, strict=True):
+            out.extend(self.decode(block, buffer))
+        return out
+
+
+def make_tasks(
+    source: ByteSource, blocks: Iterable[FetchBlock], decode: Decoder, task_bytes: int
+) -> Iterator[ReadTask]:
+    """Group consecutive blocks of one object into tasks of at most ``task_bytes`` each."""
+    group: list[FetchBlock] = []
+    size = 0
+    for block in blocks:
+        length = block.end - block.offset
+        if group and size + length > task_bytes:
+            yield ReadTask(source, tuple(group), decode)
+            group, size = [], 0
+        group.append(block)
+        size += length
+    if group:
+        yield ReadTask(source, tuple(group), decode)
+
+
+def run_tasks(
+    tasks: Iterable[ReadTask], options: ReadOptions | None = None
+) -> Iterator[pa.RecordBatch]:
+    """Run tasks with bounded concurrency and memory; yield their batches in task order.
+
+    ``tasks`` is consumed lazily, only as far as the in-flight budget allows. Closing the
+    returned iterator early cancels the fetches that have not started.
+    """
+    options = options or ReadOptions()
+    budget = options.max_in_flight
+    pending: collections.deque[tuple[ReadTask, Future[list[pa.RecordBatch]] | None]] = (
+        collections.deque()
+    )
+    upcoming = iter(tasks)
+    lookahead: ReadTask | None = None
+    exhausted = False
+    in_flight = 0
+    pool: ThreadPoolExecutor | None = None
+    try:
+        while True:
+            # Start as many of the next tasks as the budget allows (always at least one).
+            while not exhausted:
+                if lookahead is None:
+                    lookahead = next(upcoming, None)
+                    if lookahead is None:
+                        exhausted = True
+                        break
+                if pending and in_flight + lookahead.nbytes > budget:
+                    break
+                future: Future[list[pa.RecordBatch]] | None = None
+                if lookahead.source.concurrent:
+                    if pool is None:
+                        pool = ThreadPoolExecutor(
+                            options.io_threads, thread_name_prefix="arrowshuffle-io"
+                        )
+                    future = pool.submit(lookahead.run)
+                pending.append((lookahead, future))
+                in_flight += lookahead.nbytes
+                lookahead = None
+            if not pending:
+                return
+            task, future = pending.popleft()
+            batches = task.run() if future is None else future.result()
+            yield from batches
+            in_flight -= task.nbytes
+    finally:
+        for _, future in pending:
+            if future is not None:
+                future.cancel()
+        if pool is not None:
+            pool.shutdown(wait=False, cancel_futures=True)

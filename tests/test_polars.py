@@ -1,0 +1,144 @@
+"""The polars integration: LazyFrames over files and datasets, with pushdown applied by us."""
+
+from __future__ import annotations
+
+import sys
+
+import pyarrow as pa
+import pytest
+from dataset_factory import SCHEMA, canonical, expected_rows, read_whole_file, write_dataset
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from arrowshuffle.format.errors import InvalidOptionError, MissingObjectError
+from arrowshuffle.readers.assign import assign
+
+pl = pytest.importorskip("polars")
+asp = pytest.importorskip("arrowshuffle.polars")
+
+N = 6
+
+
+@pytest.fixture(scope="module")
+def ds(tmp_path_factory):
+    return write_dataset(
+        str(tmp_path_factory.mktemp("pl")),
+        num_files=3,
+        num_subpartitions=N,
+        batches_per_file=5,
+        broadcast_batches=(2,),
+        seed=3,
+    )
+
+
+@pytest.fixture(scope="module")
+def tables(ds):
+    return [read_whole_file(u) for u in ds.data_urls]
+
+
+def to_arrow(frame) -> pa.Table:
+    return frame.to_arrow().cast(SCHEMA) if frame.width == len(SCHEMA) else frame.to_arrow()
+
+
+selections = st.one_of(
+    st.none(),
+    st.integers(0, N - 1),
+    st.lists(st.integers(0, N - 1), max_size=N),
+    st.builds(lambda a: range(a, N), st.integers(0, N - 1)),
+)
+
+
+@settings(
+    max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(selection=selections, engine=st.sampled_from(["in-memory", "streaming"]))
+def test_scan_matches_pyarrow(ds, tables, selection, engine):
+    got = to_arrow(asp.scan(ds.url, selection).collect(engine=engine))
+    ids = (
+        range(N)
+        if selection is None
+        else ([selection] if isinstance(selection, int) else selection)
+    )
+    assert canonical(got).equals(canonical(expected_rows(tables, ids)))
+
+
+@settings(
+    max_examples=20, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    num_consumers=st.integers(1, 7),
+    pattern=st.sampled_from(["all_to_all", "pointwise"]),
+    consumer_seed=st.integers(0, 100),
+)
+def test_consumer_scan_matches_pyarrow(ds, tables, num_consumers, pattern, consumer_seed):
+    consumer = consumer_seed % num_consumers
+    frame = asp.scan(ds.url, consumer=consumer, num_consumers=num_consumers, pattern=pattern)
+    got = to_arrow(frame.collect())
+    pairs = assign(N, num_consumers, pattern, num_producers=len(tables))[consumer].pairs()
+    parts = [expected_rows([tables[f]], list(r)) for f, r in pairs]
+    want = pa.concat_tables(parts) if parts else SCHEMA.empty_table()
+    assert canonical(got).equals(canonical(want))
+
+
+@pytest.mark.parametrize("engine", ["in-memory", "streaming"])
+def test_projection_predicate_and_limit_are_applied(ds, tables, engine):
+    lazy = asp.scan(ds.url, [1, 4])
+    expected = pl.from_arrow(expected_rows(tables, [1, 4]))
+    query = lazy.filter(pl.col("value") > 0.25).select("name", "id")
+    got = query.collect(engine=engine).sort("id")
+    want = expected.filter(pl.col("value") > 0.25).select("name", "id").sort("id")
+    assert got.equals(want)
+    assert got.columns == ["name", "id"]
+    # polars does not cut the source's output to the limit: the source must.
+    head = lazy.head(7).collect(engine=engine)
+    assert head.height == 7
+    assert set(head["sp"].to_list()) <= {-1, 1, 4}
+    filtered_head = lazy.filter(pl.col("sp") == 4).head(3).collect(engine=engine)
+    assert filtered_head.height == 3 and set(filtered_head["sp"].to_list()) == {4}
+
+
+def test_aggregates_and_counts(ds, tables):
+    lazy = asp.scan(ds.url, 2)
+    expected = expected_rows(tables, [2])
+    assert lazy.select(pl.len()).collect().item() == expected.num_rows
+    assert lazy.select(pl.col("id").sum()).collect(engine="streaming").item() == sum(
+        expected["id"].to_pylist()
+    )
+
+
+def test_scan_file_and_read(ds, tables):
+    frame = asp.read(ds.data_urls[1], [0, 5])
+    assert canonical(to_arrow(frame)).equals(canonical(expected_rows([tables[1]], [0, 5])))
+    lazy = asp.scan_file(ds.data_urls[1], consumer=1, num_consumers=2)
+    # One file is one producer: consumer 1 of 2 gets the upper half of the subpartitions.
+    got = to_arrow(lazy.collect())
+    assert canonical(got).equals(canonical(expected_rows([tables[1]], range(3, 6))))
+    assert asp.scan_dataset(ds.url, 3).collect().height == expected_rows(tables, [3]).num_rows
+
+
+def test_schema_is_known_without_reading_data(ds):
+    schema = asp.scan(ds.url).collect_schema()
+    assert schema == pl.Schema(
+        {
+            "id": pl.Int64,
+            "sp": pl.Int32,
+            "file": pl.Int32,
+            "value": pl.Float64,
+            "name": pl.String,
+        }
+    )
+
+
+def test_bad_selections_fail_at_scan_time(ds, tmp_path):
+    with pytest.raises(InvalidOptionError, match="subpartition 6 does not exist"):
+        asp.scan(ds.url, [6])
+    with pytest.raises(InvalidOptionError, match="not both"):
+        asp.scan(ds.url, 1, consumer=0, num_consumers=2)
+    with pytest.raises(MissingObjectError):
+        asp.scan(str(tmp_path / "nothing.arrow"))
+
+
+def test_missing_polars_gives_an_install_hint(ds, monkeypatch):
+    monkeypatch.setitem(sys.modules, "polars", None)
+    with pytest.raises(ImportError, match=r"pip install 'arrowshuffle\[polars\]'"):
+        asp.scan(ds.url)
