@@ -31,6 +31,7 @@ from arrowshuffle.readers.plan import (
     ChunkRange,
     FetchBlock,
     Subpartitions,
+    check_run_layout,
     coalesce,
     dedupe_broadcast,
     plan_run,
@@ -308,7 +309,9 @@ class ShuffleFile:
         broadcast = (self.meta.regions["flags"] & 1) != 0
         ranges: list[ChunkRange] = []
         for run in runs:
-            ranges.extend(plan_run(self.entries(run.start, run.stop), broadcast, run))
+            entries = self.entries(run.start, run.stop)
+            check_run_layout(entries, broadcast, run, self.header.data_length)
+            ranges.extend(plan_run(entries, broadcast, run))
         ranges.sort(key=lambda c: (c.offset, c.start))
         return dedupe_broadcast(ranges)
 

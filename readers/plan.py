@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from arrowshuffle.format.errors import InvalidOptionError
+from arrowshuffle.format.errors import CorruptFileError, InvalidOptionError
 
 DEFAULT_MAX_GAP = 256 * 1024
 DEFAULT_MAX_BLOCK = 32 * 1024 * 1024
@@ -96,6 +96,54 @@ class FetchBlock:
     offset: int
     end: int
     ranges: tuple[ChunkRange, ...]
+
+
+def check_run_layout(
+    entries: np.ndarray, broadcast: np.ndarray, run: range, data_length: int
+) -> None:
+    """Check what a read of ``run`` relies on: rules V8, V9 and V10 on its entries.
+
+    Checksums prove that entries are as written, not that a writer wrote them right; a reader
+    that trusted a bad entry would fetch outside the file or decode a neighbour's bytes.
+
+    Raises:
+        CorruptFileError: naming the rule, the region and the subpartition.
+    """
+    if entries.size == 0:
+        return
+    offsets = entries["offset"]
+    lengths = entries["length"]
+    # Compare without computing offset + length, which could wrap around in uint64.
+    past = (offsets > data_length) | (lengths > data_length - np.minimum(offsets, data_length))
+    if past.any():
+        i, r = (int(v) for v in np.argwhere(past)[0])
+        raise CorruptFileError(
+            f"chunk (region {r}, subpartition {run.start + i}) ends at byte "
+            f"{int(offsets[i, r]) + int(lengths[i, r])}, past the data file's {data_length} bytes",
+            rule="V8",
+        )
+    regular = ~broadcast
+    if regular.any() and len(run) > 1:
+        ends = offsets[:-1, regular] + lengths[:-1, regular]
+        gaps = offsets[1:, regular] != ends
+        if gaps.any():
+            i, col = (int(v) for v in np.argwhere(gaps)[0])
+            r = int(np.flatnonzero(regular)[col])
+            raise CorruptFileError(
+                f"chunk (region {r}, subpartition {run.start + i + 1}) starts at byte "
+                f"{int(offsets[i + 1, r])}, expected {int(ends[i, col])} (right after the "
+                "previous chunk)",
+                rule="V9",
+            )
+    if broadcast.any():
+        b = entries[:, broadcast]
+        if (b != b[0:1, :]).any():
+            r = int(np.flatnonzero(broadcast)[int(np.argmax((b != b[0:1, :]).any(axis=0)))])
+            raise CorruptFileError(
+                f"broadcast region {r}: expected every subpartition's entry to be the region's "
+                "single chunk, found differing entries",
+                rule="V10",
+            )
 
 
 def plan_run(entries: np.ndarray, broadcast: np.ndarray, run: range) -> list[ChunkRange]:
