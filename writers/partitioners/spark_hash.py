@@ -35,10 +35,12 @@ precision 38) raises :class:`~arrowshuffle.format.errors.InvalidOptionError`.
 Arithmetic is done on ``uint32`` arrays, whose products and sums wrap modulo 2**32 exactly as
 Java's ``int`` does.
 
-Variable-length bytes are hashed block by block across all rows at once: rows are ordered by
-their number of 4-byte blocks, longest first, so that the rows still going at block ``j`` are a
-prefix of that order. The cost is one numpy pass per block position over the rows still
-going, so a column costs about (total blocks + longest value's blocks x a few microseconds).
+Bytes are hashed one block position at a time across many rows: the rows are ordered by their
+number of 4-byte blocks, most first, so that the rows that have a block ``j`` are a prefix of
+that order. Each block position is a dozen numpy calls over the rows that have it, so a pass
+costs its total blocks plus about ten microseconds per block of its longest value. Values
+longer than 256 bytes are hashed in passes of their own, so that a few long keys among many
+short ones cost little; a key of megabytes still takes seconds.
 
 :func:`flink_murmur_hash` is Flink's ``MathUtils.murmurHash(int)``, which
 ``KeyGroupRangeAssignment`` applies to a key's hash code to pick its key group.
@@ -46,7 +48,7 @@ going, so a column costs about (total blocks + longest value's blocks x a few mi
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 import pyarrow as pa
@@ -74,8 +76,6 @@ _MILLIS_PER_DAY = 86_400_000
 _ROWS_PER_STEP = 1 << 16
 #: Values longer than this are hashed apart from the rest (see :func:`_hash_bytes`).
 _LONG_VALUE_BYTES = 256
-#: The byte span one pass over long values covers (and copies).
-_LONG_PASS_BYTES = 32 << 20
 
 _INT_DTYPES: dict[pa.DataType, type[np.integer]] = {
     pa.int8(): np.int8,
@@ -149,14 +149,13 @@ def _hash_bytes(
     """Spark's ``hashUnsafeBytes`` of ``data[starts[i]:starts[i] + lengths[i]]`` for every row.
 
     Short values are hashed a fixed number of rows per pass, so that what a pass touches stays
-    in the CPU cache. Long values are hashed in passes of a bounded byte span instead, so that
-    the block positions of the longest value are walked once per pass and not once per
-    handful of rows.
+    in the CPU cache. Long values are hashed together in one pass of their own, so that the
+    block positions of the longest value are walked once, not once per pass of short values.
 
     Args:
         seed: the running hash per row (uint32).
         data: the byte buffer the values live in (uint8).
-        starts: where each value begins in ``data`` (int64, non-decreasing as Arrow offsets).
+        starts: where each value begins in ``data`` (int64).
         lengths: each value's length in bytes (int64).
     """
     is_long = lengths > _LONG_VALUE_BYTES
@@ -168,7 +167,9 @@ def _hash_bytes(
     out[short_rows] = _hash_short_values(
         seed[short_rows], data, starts[short_rows], lengths[short_rows]
     )
-    out[long_rows] = _hash_long_values(seed[long_rows], data, starts[long_rows], lengths[long_rows])
+    out[long_rows] = _hash_bytes_block_major(
+        seed[long_rows], data, starts[long_rows], lengths[long_rows]
+    )
     return out
 
 
@@ -182,20 +183,6 @@ def _hash_short_values(
     return out
 
 
-def _hash_long_values(
-    seed: np.ndarray, data: np.ndarray, starts: np.ndarray, lengths: np.ndarray
-) -> np.ndarray:
-    out = np.empty(len(starts), dtype=_U32)
-    lo = 0
-    while lo < len(starts):
-        # Each pass copies the bytes it covers: about _LONG_PASS_BYTES plus one value.
-        hi = int(np.searchsorted(starts, starts[lo] + _LONG_PASS_BYTES, side="left"))
-        hi = max(hi, lo + 1)
-        out[lo:hi] = _hash_bytes_block_major(seed[lo:hi], data, starts[lo:hi], lengths[lo:hi])
-        lo = hi
-    return out
-
-
 def _hash_bytes_block_major(
     seed: np.ndarray, data: np.ndarray, starts: np.ndarray, lengths: np.ndarray
 ) -> np.ndarray:
@@ -203,60 +190,44 @@ def _hash_bytes_block_major(
     rows = len(starts)
     if rows == 0:
         return seed.copy()
-    # The bytes these rows cover, copied into zero-padded, aligned words: numpy gathers from
-    # aligned words several times faster than from an unaligned view, and the padding lets the
-    # last value's tail be read as a whole word.
-    first = int(starts.min()) & ~3
-    end = int((starts + lengths).max())
-    words = np.empty((end - first) // 4 + 2, dtype="<u4")
-    words[-3:] = 0
-    words.view(np.uint8)[: end - first] = data[first:end]
-    relative = starts - first
-
     blocks = lengths >> 2
     max_blocks = int(blocks.max())
+    h: np.ndarray
     if max_blocks and int(blocks.min()) != max_blocks:
         # Most blocks first, so that the rows that have a block j are the first active[j] rows.
-        # A stable sort of a small unsigned key is a radix sort: linear in the rows.
-        key_dtype = np.uint8 if max_blocks < 2**8 else np.uint16 if max_blocks < 2**16 else np.int64
-        order = np.argsort((max_blocks - blocks).astype(key_dtype), kind="stable")
+        key = max_blocks - blocks
+        if max_blocks < 1 << 16:
+            key = key.astype(np.uint16)  # numpy sorts 16-bit keys stably with a radix sort
+        order = np.argsort(key, kind="stable")
         active = rows - np.cumsum(np.bincount(blocks, minlength=max_blocks))
         h = seed[order]
-        relative = relative[order]
-        blocks = blocks[order]
+        position = starts[order]
         lengths = lengths[order]
     else:
         order = None
         active = np.full(max_blocks, rows)
         h = seed.copy()
+        position = starts.copy()
 
-    # A value starting at byte 4q + s has its block j in words[q + j] and words[q + j + 1]:
-    # (low >> 8s) | (high << (32 - 8s)). The high shift is written as (high << 1) << (31 - 8s)
-    # so that it stays below 32 when s = 0 (and then contributes nothing).
-    word_index = relative >> 2
-    low_shift = ((relative & 3) << 3).astype(_U32)
-    high_shift = _U32(31) - low_shift
-    low = words[word_index]
-    for j in range(max_blocks):
-        live = int(active[j])
-        high = words[word_index[:live] + (j + 1)]
-        k1 = (low[:live] >> low_shift[:live]) | ((high << 1) << high_shift[:live])
-        _mix_h1_inplace(h[:live], _mix_k1_inplace(k1))
-        low = high
+    if max_blocks:
+        # words[i] is the little-endian int at byte i: an unaligned, overlapping view of data.
+        words = np.ndarray(shape=(len(data) - 3,), dtype="<u4", buffer=data, strides=(1,))
+        for j in range(max_blocks):
+            live = int(active[j])
+            k1 = words[position[:live]].astype(_U32, copy=False)
+            _mix_h1_inplace(h[:live], _mix_k1_inplace(k1))
+            position[:live] += 4
 
-    # The 0-3 leftover bytes, as one little-endian word starting right after the blocks.
-    tail_index = word_index + blocks
-    tail_word = (words[tail_index] >> low_shift) | ((words[tail_index + 1] << 1) << high_shift)
+    # position now points at each value's 0-3 leftover bytes.
     tails = lengths & 3
+    signed_bytes = data.view(np.int8)
     for t in range(3):
         rows_with_byte = np.flatnonzero(tails > t)
         if rows_with_byte.size == 0:
             break
         # Spark's tail rule: each leftover byte, sign-extended, gets a whole mixing round.
-        # Shifting byte t to the top and back down as int32 does the sign extension.
-        top = (tail_word[rows_with_byte] << _U32(24 - 8 * t)).view(np.int32)
-        k1 = _mix_k1_inplace((top >> 24).view(_U32))
-        h[rows_with_byte] = _mix_h1_inplace(h[rows_with_byte], k1)
+        tail_byte = signed_bytes[position[rows_with_byte] + t].astype(np.int32).view(_U32)
+        h[rows_with_byte] = _mix_h1_inplace(h[rows_with_byte], _mix_k1_inplace(tail_byte))
 
     _fmix_inplace(h, lengths.astype(_U32))
     if order is None:
@@ -315,10 +286,10 @@ def _big_integer_bytes(seed: np.ndarray, le: np.ndarray) -> np.ndarray:
 # --- one Arrow array -----------------------------------------------------------------------
 
 
-def _unsupported(arr: pa.Array, index: int, why: str = "") -> InvalidOptionError:
+def _unsupported(typ: pa.DataType, index: int, why: str = "") -> InvalidOptionError:
     detail = f" ({why})" if why else ""
     return InvalidOptionError(
-        f"key column {index} has type {arr.type}, which Spark's hash cannot take{detail}; "
+        f"key column {index} has type {typ}, which Spark's hash cannot take{detail}; "
         "expected a boolean, integer, floating point, decimal, date, timestamp, duration, "
         "string or binary column"
     )
@@ -341,7 +312,7 @@ def _hash_binary_like(seed: np.ndarray, arr: pa.Array) -> np.ndarray:
             np.int64 if (pat.is_large_string(typ) or pat.is_large_binary(typ)) else np.int32
         )
         offsets = np.frombuffer(buffers[1], dtype=offset_dtype, count=arr.offset + len(arr) + 1)
-        offsets = offsets[arr.offset :].astype(np.int64)
+        offsets = offsets[arr.offset :].astype(np.int64, copy=False)
         starts = offsets[:-1]
         lengths = np.diff(offsets)
         data_buf = buffers[2]
@@ -351,10 +322,8 @@ def _hash_binary_like(seed: np.ndarray, arr: pa.Array) -> np.ndarray:
     return _hash_bytes(seed, data, starts, lengths)
 
 
-def _hash_decimal(seed: np.ndarray, arr: pa.Array, index: int) -> np.ndarray:
+def _hash_decimal(seed: np.ndarray, arr: pa.Array) -> np.ndarray:
     typ = arr.type
-    if typ.precision > _MAX_SPARK_PRECISION:
-        raise _unsupported(arr, index, f"Spark decimals hold at most {_MAX_SPARK_PRECISION} digits")
     width = typ.bit_width // 8
     if typ.precision <= _MAX_LONG_DIGITS:
         if width <= 8:
@@ -394,31 +363,49 @@ def _micros(arr: pa.Array) -> np.ndarray:
     return raw * _TIME_UNIT_MICROS[unit]
 
 
-def _hash_valid_values(seed: np.ndarray, arr: pa.Array, index: int) -> np.ndarray:
-    """Hash every row of ``arr`` as if none were null."""
-    typ = arr.type
-    if pat.is_boolean(typ):
-        return _hash_int(seed, _bits(arr.buffers()[1], arr.offset, len(arr)).astype(np.int32))
+_Kernel = Callable[[np.ndarray, pa.Array], np.ndarray]
+
+
+def _hash_bool(seed: np.ndarray, arr: pa.Array) -> np.ndarray:
+    return _hash_int(seed, _bits(arr.buffers()[1], arr.offset, len(arr)).astype(np.int32))
+
+
+_KERNELS_BY_TYPE: dict[pa.DataType, _Kernel] = {
+    pa.bool_(): _hash_bool,
+    pa.float32(): _hash_float,
+    pa.float64(): _hash_double,
+    pa.uint64(): _hash_uint64_as_decimal,  # Spark reads Parquet's uint64 as DECIMAL(20, 0)
+}
+
+
+def _kernel(typ: pa.DataType, index: int) -> _Kernel:
+    """The function that hashes every row of an array of ``typ`` as if none were null.
+
+    Raises:
+        InvalidOptionError: ``typ`` is not a type Spark's hash takes.
+    """
     int_dtype = _INT_DTYPES.get(typ)
     if int_dtype is not None:
-        return _hash_int(seed, _values(arr, int_dtype))
+        return lambda seed, arr: _hash_int(seed, _values(arr, int_dtype))
     if pat.is_int64(typ):
-        return _hash_long(seed, _values(arr, np.int64))
-    if pat.is_uint32(typ):
-        return _hash_long(seed, _values(arr, np.uint32))
-    if pat.is_uint64(typ):
-        return _hash_uint64_as_decimal(seed, arr)
-    if pat.is_float32(typ):
-        return _hash_float(seed, arr)
-    if pat.is_float64(typ):
-        return _hash_double(seed, arr)
-    if pat.is_decimal(typ):
-        return _hash_decimal(seed, arr, index)
+        return lambda seed, arr: _hash_long(seed, _values(arr, np.int64))
+    if pat.is_uint32(typ):  # Spark reads Parquet's uint32 as BIGINT
+        return lambda seed, arr: _hash_long(seed, _values(arr, np.uint32))
     if pat.is_timestamp(typ) or pat.is_duration(typ):
-        return _hash_long(seed, _micros(arr))
+        return lambda seed, arr: _hash_long(seed, _micros(arr))
     if pat.is_date64(typ):
-        return _hash_int(seed, _values(arr, np.int64) // _MILLIS_PER_DAY)
-    raise _unsupported(arr, index)
+        return lambda seed, arr: _hash_int(seed, _values(arr, np.int64) // _MILLIS_PER_DAY)
+    if pat.is_decimal(typ):
+        if typ.precision > _MAX_SPARK_PRECISION:
+            raise _unsupported(
+                typ, index, f"Spark decimals hold at most {_MAX_SPARK_PRECISION} digits"
+            )
+        return _hash_decimal
+    if typ in _KERNELS_BY_TYPE:
+        return _KERNELS_BY_TYPE[typ]
+    if _is_binary_like(typ):
+        return _hash_binary_like
+    raise _unsupported(typ, index)
 
 
 def _is_binary_like(typ: pa.DataType) -> bool:
@@ -437,16 +424,19 @@ def _hash_array(seed: np.ndarray, arr: pa.Array, index: int) -> np.ndarray:
     """The running hash after ``arr``: Spark's hash of each value seeded by ``seed``."""
     if pat.is_dictionary(arr.type):
         arr = arr.dictionary_decode()
-    if pat.is_null(arr.type) or arr.null_count == len(arr):
-        return seed  # nothing but nulls (or no rows): the running hash stays
+    if pat.is_null(arr.type):
+        return seed  # nothing but nulls: the running hash stays
+    kernel = _kernel(arr.type, index)  # checks the type even when every value is null
+    if arr.null_count == len(arr):
+        return seed
     if _is_binary_like(arr.type):
         # Bytes are hashed whole: _hash_bytes steps through the rows itself.
-        hashed = _hash_binary_like(seed, arr)
+        hashed = kernel(seed, arr)
     else:
         hashed = np.empty(len(arr), dtype=_U32)
         for lo in range(0, len(arr), _ROWS_PER_STEP):
             hi = lo + _ROWS_PER_STEP
-            hashed[lo:hi] = _hash_valid_values(seed[lo:hi], arr.slice(lo, _ROWS_PER_STEP), index)
+            hashed[lo:hi] = kernel(seed[lo:hi], arr.slice(lo, _ROWS_PER_STEP))
     if arr.null_count:
         valid = _bits(arr.buffers()[0], arr.offset, len(arr))
         hashed = np.where(valid, hashed, seed)
@@ -526,8 +516,13 @@ def spark_partition_ids(
         raise InvalidOptionError(
             f"num_partitions must be between 1 and {_INT32_MAX}, got {num_partitions}"
         )
-    # numpy's % takes the sign of the divisor, which is Spark's pmod for a positive divisor.
-    return (spark_hash(columns) % np.int32(num_partitions)).astype(np.int64)
+    hashes = spark_hash(columns)
+    divisor = np.int32(num_partitions)
+    # h - floor(h / n) * n is Spark's pmod for n > 0. numpy divides by a scalar several times
+    # faster than it takes a remainder; int32 wrap-around in the product cancels in the
+    # difference, whose true value lies in [0, n).
+    remainders: np.ndarray = hashes - (hashes // divisor) * divisor
+    return remainders.astype(np.int64)
 
 
 def flink_murmur_hash(codes: np.ndarray) -> np.ndarray:
@@ -562,6 +557,5 @@ def flink_murmur_hash(codes: np.ndarray) -> np.ndarray:
     h *= _U32(5)
     h += _H_ADD
     signed = _fmix_inplace(h, _U32(4)).view(np.int32)
-    folded = np.abs(signed.astype(np.int64))
-    folded[folded > _INT32_MAX] = 0  # only |Integer.MIN_VALUE| overflows; Flink maps it to 0
-    return folded.astype(np.int32)
+    # abs() wraps Integer.MIN_VALUE to itself, the one negative result left; Flink maps it to 0.
+    return np.maximum(np.abs(signed), np.int32(0))
