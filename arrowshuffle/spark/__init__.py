@@ -1,1 +1,33 @@
-"""Spark integration: the arrowshuffle Python data source (imports pyspark lazily)."""
+"""Spark integration: the ``arrowshuffle`` Python data source (imports pyspark lazily).
+
+>>> import arrowshuffle.spark
+>>> arrowshuffle.spark.register(spark)  # doctest: +SKIP
+>>> (df.write.format("arrowshuffle").option("num_subpartitions", 64)  # doctest: +SKIP
+...    .option("partition_by", "k").mode("overwrite").save("/data/shuffle"))
+>>> spark.read.format("arrowshuffle").load("/data/shuffle")  # doctest: +SKIP
+
+:func:`write` does the same from Python and lets Spark compute the ``hash`` partitioner's
+subpartitions in the JVM; :func:`read` is the reader with keyword options.
+"""
+
+from __future__ import annotations
+
+from arrowshuffle.spark.api import FORMAT_NAME, SUBPARTITION_COLUMN, read, register, write
+from arrowshuffle.spark.session import (
+    SparkUnavailableError,
+    check_spark_available,
+    java_available,
+    local_session,
+)
+
+__all__ = [
+    "FORMAT_NAME",
+    "SUBPARTITION_COLUMN",
+    "SparkUnavailableError",
+    "check_spark_available",
+    "java_available",
+    "local_session",
+    "read",
+    "register",
+    "write",
+]

@@ -1,0 +1,172 @@
+"""Plain-Python entry points: register the data source, write and read DataFrames."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Sequence
+from typing import Any
+
+from arrowshuffle.format.errors import InvalidOptionError
+from arrowshuffle.readers.dataset import ShuffleDataset, open_dataset
+from arrowshuffle.spark.options import FORMAT_NAME
+from arrowshuffle.writers.dataset_writer import normalize_mode, read_manifest
+
+#: Spark's seed for ``hash()`` and ``repartition``: only then do the JVM's ids match.
+SPARK_SEED = 42
+#: The column :func:`write` adds to carry the JVM-computed subpartition; never stored.
+SUBPARTITION_COLUMN = "__arrowshuffle_subpartition__"
+
+__all__ = ["FORMAT_NAME", "SUBPARTITION_COLUMN", "read", "register", "write"]
+
+
+def register(spark: Any) -> None:
+    """Register the ``arrowshuffle`` data source with ``spark`` (a SparkSession).
+
+    After this, ``df.write.format("arrowshuffle")`` and ``spark.read.format("arrowshuffle")``
+    work in that session. Registering again is harmless.
+    """
+    from arrowshuffle.spark.datasource import ArrowShuffleDataSource
+
+    spark.dataSource.register(ArrowShuffleDataSource)
+
+
+def _option_text(name: str, value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (dict, list)):
+        return json.dumps(value)
+    if isinstance(value, (str, int, float)):
+        return str(value)
+    raise InvalidOptionError(
+        f"option {name} must be a string, number, bool or JSON-serializable dict/list, "
+        f"found {type(value).__name__}"
+    )
+
+
+def _quoted(name: str) -> str:
+    """A column reference that takes ``name`` literally (dots and spaces included)."""
+    return "`" + name.replace("`", "``") + "`"
+
+
+def _columns(partition_by: str | Sequence[str] | None) -> list[str]:
+    if partition_by is None:
+        return []
+    if isinstance(partition_by, str):
+        return [c.strip() for c in partition_by.split(",")]
+    return list(partition_by)
+
+
+def write(
+    df: Any,
+    path: str | os.PathLike[str],
+    *,
+    num_subpartitions: int,
+    partition_by: str | Sequence[str] | None = None,
+    partitioner: str | None = None,
+    mode: str = "overwrite",
+    storage_options: dict[str, Any] | None = None,
+    **options: Any,
+) -> ShuffleDataset:
+    """Write ``df`` as a shuffle dataset at ``path`` and return it opened.
+
+    Each Spark partition of ``df`` becomes one shuffle file. For the ``hash`` partitioner (the
+    default when ``partition_by`` is given) Spark computes every row's subpartition in the JVM
+    as ``pmod(hash(cols), num_subpartitions)``, so subpartition ``s`` holds exactly the rows
+    ``df.repartition(num_subpartitions, *cols)`` puts in partition ``s``.
+
+    Args:
+        df: the Spark DataFrame.
+        path: the dataset directory, local or any fsspec URL.
+        num_subpartitions: how many subpartitions every file is split into.
+        partition_by: the key column(s), a list or ``"k1,k2"``.
+        partitioner: the partitioner name (``hash`` when ``partition_by`` is given).
+        mode: ``overwrite``, ``append``, ``error`` (refuse an existing dataset) or ``ignore``
+            (keep an existing dataset, write nothing). ``error`` and ``ignore`` check before
+            the job starts, so two concurrent writers may still both write.
+        storage_options: fsspec options for URLs (credentials, endpoint, ...).
+        **options: other writer options: ``memory``, ``compression``, ``max_batch_rows``,
+            ``partitioner_options`` (a dict); anything else is a storage option.
+
+    Returns:
+        The dataset now at ``path`` (in ``ignore`` mode, the one that was already there).
+
+    Raises:
+        InvalidOptionError: a bad option, or an existing dataset in ``error`` mode.
+    """
+    from pyspark.sql import functions as F
+
+    register(df.sparkSession)
+    mode = normalize_mode(mode)
+    by = _columns(partition_by)
+    name = (partitioner or ("hash" if by else "")).lower() or None
+    target = os.fspath(path)
+    if mode in ("error", "ignore"):
+        from arrowshuffle._storage import resolve
+
+        if read_manifest(resolve(target, storage_options)) is not None:
+            if mode == "ignore":
+                return open_dataset(target, storage_options)
+            raise InvalidOptionError(
+                f"dataset {target} already exists; use mode 'overwrite' or 'append'"
+            )
+    settings: dict[str, Any] = {"num_subpartitions": num_subpartitions, **options}
+    if by:
+        settings["partition_by"] = ",".join(by)
+    if name is not None:
+        settings["partitioner"] = name
+    if storage_options:
+        settings["storage_options"] = storage_options
+    seed = dict(options.get("partitioner_options") or {}).get("seed", SPARK_SEED)
+    if name == "hash" and by and seed == SPARK_SEED:
+        if SUBPARTITION_COLUMN in df.columns:
+            raise InvalidOptionError(f"the DataFrame already has a column {SUBPARTITION_COLUMN}")
+        ids = F.pmod(F.hash(*[F.col(_quoted(c)) for c in by]), F.lit(num_subpartitions))
+        df = df.withColumn(SUBPARTITION_COLUMN, ids)
+        settings["subpartition_column"] = SUBPARTITION_COLUMN
+    writer = df.write.format(FORMAT_NAME).mode("append" if mode == "append" else "overwrite")
+    for key, value in settings.items():
+        writer = writer.option(key, _option_text(key, value))
+    writer.save(target)
+    return open_dataset(target, storage_options)
+
+
+def read(
+    spark: Any,
+    path: str | os.PathLike[str],
+    *,
+    consumers: int | None = None,
+    subpartitions: int | str | Sequence[int] | None = None,
+    verify: bool = False,
+    storage_options: dict[str, Any] | None = None,
+    **options: Any,
+) -> Any:
+    """Read the dataset at ``path`` as a Spark DataFrame.
+
+    Args:
+        spark: the SparkSession.
+        path: the dataset directory, local or any fsspec URL.
+        consumers: split the subpartitions into this many contiguous ranges, one Spark
+            partition each (default: one Spark partition per subpartition).
+        subpartitions: read only these: an int, a list, or text such as ``"0-7"``/``"1,4"``.
+        verify: check every chunk's CRC32C while reading.
+        storage_options: fsspec options for URLs.
+        **options: other options, passed as storage options.
+    """
+    register(spark)
+    reader = spark.read.format(FORMAT_NAME)
+    settings: dict[str, Any] = dict(options)
+    if consumers is not None:
+        settings["consumers"] = consumers
+    if subpartitions is not None:
+        if isinstance(subpartitions, (str, int)):
+            settings["subpartitions"] = str(subpartitions)
+        else:
+            settings["subpartitions"] = ",".join(str(int(s)) for s in subpartitions)
+    if verify:
+        settings["verify"] = True
+    if storage_options:
+        settings["storage_options"] = storage_options
+    for key, value in settings.items():
+        reader = reader.option(key, _option_text(key, value))
+    return reader.load(os.fspath(path))

@@ -1,0 +1,401 @@
+"""The ``arrowshuffle`` Python data source: Spark DataFrames in and out of shuffle datasets.
+
+Writing: every Spark task writes one data/index pair named
+``part-<partition>-<job id>-<attempt id>-<random>.arrow``, so retried and speculative attempts
+never collide, and returns what it wrote to the driver. The driver's ``commit`` writes the
+manifest last (:func:`~arrowshuffle.writers.dataset_writer.commit_dataset`), listing exactly the
+files of the successful attempts; ``abort`` removes every file of the job. Spark accepts only
+the ``append`` and ``overwrite`` save modes for Python data sources; its default
+(``errorifexists``) and ``ignore`` stop before any task runs with
+``UNSUPPORTED_DATA_SOURCE_SAVE_MODE`` (``arrowshuffle.spark.write`` offers both).
+
+Reading: each Spark partition reads a set of subpartitions from every file of the dataset
+(region hopping): one subpartition per Spark partition by default, or ``consumers`` contiguous
+ranges, optionally limited to the ``subpartitions`` option. Batches are yielded in exactly the
+Arrow form Spark expects for the schema derived from the manifest. With the ``pushdown``
+option (and Spark's ``spark.sql.python.filterPushdown.enabled``), equality filters on every key
+column of a ``hash``/``key_group``/``column`` dataset skip the subpartitions they rule out.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceArrowWriter,
+    DataSourceReader,
+    Filter,
+    InputPartition,
+    WriterCommitMessage,
+)
+
+from arrowshuffle._storage import Location, resolve
+from arrowshuffle.format.errors import (
+    CorruptFileError,
+    InvalidOptionError,
+    MissingObjectError,
+    SchemaMismatchError,
+)
+from arrowshuffle.readers.assign import key_group_range
+from arrowshuffle.readers.dataset import ShuffleDataset, open_dataset
+from arrowshuffle.spark.options import (
+    FORMAT_NAME,
+    ReadOptions,
+    WriteOptions,
+    parse_read_options,
+    parse_write_options,
+)
+from arrowshuffle.spark.pruning import prune
+from arrowshuffle.spark.types import conform, spark_arrow_schema, spark_schema, writer_arrow_schema
+from arrowshuffle.writers.dataset_writer import (
+    abort_dataset,
+    check_append,
+    commit_dataset,
+    new_file_name,
+    new_job_id,
+    read_manifest,
+)
+from arrowshuffle.writers.file_writer import Partitioner, ShuffleFileWriter, WrittenFile
+
+# --------------------------------------------------------------------------------- writing
+
+
+@dataclass(frozen=True)
+class ShuffleCommitMessage(WriterCommitMessage):
+    """What one task attempt reports to the driver: the pair it wrote (None if no rows)."""
+
+    partition: int
+    attempt: str
+    written: WrittenFile | None
+
+
+#: Partitioners whose output depends on which producer (Spark task) writes the file.
+PER_PRODUCER = ("forward", "rescale")
+#: Spec fields that differ from file to file for those partitioners.
+PER_PRODUCER_FIELDS = ("producer_index", "targets")
+
+
+def build_partitioner(
+    options: WriteOptions, *, producer_index: int | None = None
+) -> Partitioner | None:
+    """The partitioner named by the options (None for ids given by ``subpartition_column``).
+
+    ``forward`` and ``rescale`` take the Spark task's partition number as ``producer_index``
+    unless ``partitioner_options`` sets it.
+    """
+    if options.partitioner is None:
+        return None
+    from arrowshuffle.writers.partitioners import make_partitioner
+
+    kwargs = dict(options.partitioner_options)
+    if options.partition_by:
+        kwargs["by"] = list(options.partition_by)
+    if options.partitioner in PER_PRODUCER and producer_index is not None:
+        kwargs.setdefault("producer_index", producer_index)
+    partitioner: Partitioner = make_partitioner(
+        options.partitioner, num_subpartitions=options.num_subpartitions, **kwargs
+    )
+    return partitioner
+
+
+def dataset_partitioner_spec(options: WriteOptions) -> dict[str, Any]:
+    """The partitioner spec the manifest records (per-producer fields left to each index)."""
+    partitioner = build_partitioner(options)
+    if partitioner is None:
+        return {"name": "explicit"}
+    spec = dict(partitioner.spec())
+    if options.partitioner in PER_PRODUCER and "producer_index" not in options.partitioner_options:
+        for key in PER_PRODUCER_FIELDS:
+            spec.pop(key, None)
+    return spec
+
+
+def _task_identity() -> tuple[int, str]:
+    """This task's partition number and an id unique to this attempt."""
+    from pyspark import TaskContext
+
+    context = TaskContext.get()
+    random = uuid.uuid4().hex[:8]
+    if context is None:  # called outside a Spark task (tests, plain Python)
+        return 0, f"local{random}"
+    return context.partitionId(), f"t{context.taskAttemptId()}a{context.attemptNumber()}{random}"
+
+
+class ArrowShuffleWriter(DataSourceArrowWriter):
+    """Writes one shuffle file per Spark task and commits them as one dataset.
+
+    Built on the driver (options and schema are checked there, before any task runs),
+    pickled to the executors for :meth:`write`, and back on the driver for
+    :meth:`commit` / :meth:`abort`.
+    """
+
+    def __init__(self, options: WriteOptions, schema: Any, overwrite: bool) -> None:
+        self.options = options
+        self.overwrite = overwrite
+        self.job_id = new_job_id()
+        names = list(schema.fieldNames())
+        self.id_column = options.subpartition_column
+        if self.id_column is not None and self.id_column not in names:
+            raise InvalidOptionError(
+                f"option subpartition_column names {self.id_column!r}, which the DataFrame "
+                f"does not have; its columns are {names}"
+            )
+        for name in options.partition_by:
+            if name not in names:
+                raise InvalidOptionError(
+                    f"option partition_by names {name!r}, which the DataFrame does not have; "
+                    f"its columns are {names}"
+                )
+        data_fields = [f for f in schema.fields if f.name != self.id_column]
+        from pyspark.sql.types import StructType
+
+        self.schema = writer_arrow_schema(StructType(data_fields))
+        partitioner = build_partitioner(options)
+        self.partitioner_spec = dataset_partitioner_spec(options)
+        if partitioner is not None and partitioner.broadcast and self.id_column is not None:
+            raise InvalidOptionError(
+                f"the {options.partitioner} partitioner sends every row to every subpartition: "
+                "it takes no subpartition_column"
+            )
+        directory = self._directory()
+        if not overwrite:
+            previous = read_manifest(directory)
+            if previous is not None:
+                check_append(
+                    previous,
+                    self.schema,
+                    options.num_subpartitions,
+                    self.partitioner_spec,
+                    directory.url,
+                )
+
+    def _directory(self) -> Location:
+        return resolve(self.options.path, self.options.storage_options)
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> ShuffleCommitMessage:
+        """Write this task's rows to one new data/index pair (nothing for an empty task)."""
+        partition, attempt = _task_identity()
+        return self.write_task(iterator, partition, attempt)
+
+    def write_task(
+        self, iterator: Iterator[pa.RecordBatch], partition: int, attempt: str
+    ) -> ShuffleCommitMessage:
+        """Write the rows of one attempt of task ``partition``; ``attempt`` must be unique.
+
+        :meth:`write` calls it with the Spark task's identity; call it directly to drive the
+        writer without Spark.
+        """
+        name = new_file_name(partition, attempt, job_id=self.job_id)
+        url = self._directory().child(name).url
+        # With a subpartition column the partitioner only names itself in the index.
+        partitioner = build_partitioner(self.options, producer_index=partition)
+        writer: ShuffleFileWriter | None = None
+        try:
+            for batch in iterator:
+                if batch.num_rows == 0:
+                    continue
+                ids = None
+                if self.id_column is not None:
+                    ids = batch.column(self.id_column)
+                    batch = batch.drop_columns([self.id_column])
+                batch = conform(batch, self.schema)
+                if writer is None:
+                    writer = ShuffleFileWriter(
+                        url,
+                        self.schema,
+                        self.options.num_subpartitions,
+                        memory=self.options.memory,
+                        max_batch_rows=self.options.max_batch_rows,
+                        compression=self.options.compression,
+                        partitioner=partitioner,
+                        storage_options=self.options.storage_options,
+                    )
+                writer.write(batch, subpartitions=ids)
+            written = writer.close() if writer is not None else None
+        except BaseException:
+            if writer is not None:
+                writer.abort()
+            raise
+        return ShuffleCommitMessage(partition, attempt, written)
+
+    def _written(self, messages: Sequence[WriterCommitMessage | None]) -> list[WrittenFile]:
+        """One file per partition (a second successful attempt's file is left unlisted)."""
+        chosen: dict[int, WrittenFile] = {}
+        for message in messages:
+            if isinstance(message, ShuffleCommitMessage) and message.written is not None:
+                chosen.setdefault(message.partition, message.written)
+        return [chosen[p] for p in sorted(chosen)]
+
+    def commit(self, messages: list[WriterCommitMessage | None]) -> None:
+        """Write the manifest listing exactly the files of the successful attempts."""
+        commit_dataset(
+            self._directory(),
+            self._written(messages),
+            schema=self.schema,
+            num_subpartitions=self.options.num_subpartitions,
+            partitioner=self.partitioner_spec,
+            mode="overwrite" if self.overwrite else "append",
+            properties={"writer": "spark", "job_id": self.job_id},
+            job_id=self.job_id,
+        )
+
+    def abort(self, messages: list[WriterCommitMessage | None]) -> None:
+        """Remove every file of this job; the manifest in force (if any) is unchanged."""
+        written = [m.written for m in messages if isinstance(m, ShuffleCommitMessage)]
+        abort_dataset(self._directory(), written, job_id=self.job_id)
+
+
+# --------------------------------------------------------------------------------- reading
+
+
+class SubpartitionSelection(InputPartition):
+    """One Spark partition: the subpartitions it reads from every file."""
+
+    def __init__(self, index: int, subpartitions: tuple[int, ...]) -> None:
+        super().__init__(index)
+        self.index = index
+        self.subpartitions = subpartitions
+
+
+def plan_partitions(selection: Sequence[int], consumers: int | None) -> list[SubpartitionSelection]:
+    """Split the selected subpartitions among Spark partitions.
+
+    One subpartition per partition by default; with ``consumers`` P, partition ``i`` reads the
+    ``i``-th of P contiguous ranges of the selection (the key-group range formula), which may
+    be empty when P exceeds the selection.
+    """
+    if consumers is None:
+        return [SubpartitionSelection(i, (s,)) for i, s in enumerate(selection)]
+    return [
+        SubpartitionSelection(
+            i, tuple(selection[j] for j in key_group_range(len(selection), consumers, i))
+        )
+        for i in range(consumers)
+    ]
+
+
+def check_files(dataset: ShuffleDataset) -> None:
+    """Check that every file the manifest lists exists with the size it records.
+
+    One directory listing, so it costs one request on object stores.
+
+    Raises:
+        MissingObjectError: a listed data or index file does not exist.
+        CorruptFileError: a listed file's size differs from the manifest's.
+    """
+    directory = dataset.directory
+    try:
+        listing = directory.fs.ls(directory.path, detail=True)
+    except FileNotFoundError:
+        listing = []
+    sizes = {str(e["name"]).rstrip("/").rsplit("/", 1)[-1]: e.get("size") for e in listing}
+    for entry in dataset.manifest.files:
+        for name, expected in ((entry.data, entry.data_size), (entry.index, entry.index_size)):
+            if name not in sizes:
+                raise MissingObjectError(
+                    2,
+                    f"dataset {dataset.url} is damaged: its manifest lists {name} "
+                    f"({expected} bytes), which does not exist",
+                )
+            found = sizes[name]
+            if found is not None and int(found) != expected:
+                raise CorruptFileError(
+                    f"dataset {dataset.url} is damaged: its manifest lists {name} with "
+                    f"{expected} bytes, the file has {int(found)} bytes",
+                    rule="M7",
+                )
+
+
+class ArrowShuffleReader(DataSourceReader):
+    """Reads a dataset's subpartitions, one selection per Spark partition."""
+
+    def __init__(self, options: ReadOptions, schema: Any) -> None:
+        self.options = options
+        dataset = open_dataset(options.path, options.storage_options)
+        check_files(dataset)
+        self.files = tuple(f.data for f in dataset.manifest.files)
+        self.num_subpartitions = dataset.num_subpartitions
+        self.selection = options.selection(dataset.num_subpartitions)
+        self.target = spark_arrow_schema(schema)
+        stored = dataset.schema.names
+        missing = [n for n in self.target.names if n not in stored]
+        if missing:
+            raise SchemaMismatchError(
+                f"dataset {dataset.url} has no column {missing[0]!r}; its columns are {stored}"
+            )
+        self.columns = list(self.target.names)
+        self.partitioner_spec = dataset.partitioner
+        self.stored_schema = dataset.schema
+
+    def partitions(self) -> list[SubpartitionSelection]:
+        """One Spark partition per subpartition, or per consumer range."""
+        return plan_partitions(self.selection, self.options.consumers)
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        """Yield the partition's subpartitions from every file, in Spark's Arrow schema."""
+        assert isinstance(partition, SubpartitionSelection)
+        if not partition.subpartitions:
+            return
+        dataset = open_dataset(self.options.path, self.options.storage_options)
+        files = tuple(f.data for f in dataset.manifest.files)
+        if files != self.files:
+            raise InvalidOptionError(
+                f"dataset {dataset.url} was replaced while this query ran (its manifest "
+                "changed since the query was planned); run the query again"
+            )
+        for batch in dataset.iter_batches(
+            list(partition.subpartitions), columns=self.columns, verify=self.options.verify
+        ):
+            yield conform(batch, self.target)
+
+
+class PruningArrowShuffleReader(ArrowShuffleReader):
+    """A reader that also takes Spark's pushed filters to skip subpartitions.
+
+    Chosen by the ``pushdown`` option; Spark then also needs
+    ``spark.sql.python.filterPushdown.enabled`` (it refuses a reader with ``pushFilters``
+    otherwise, which is why the plain reader has none).
+    """
+
+    def pushFilters(self, filters: list[Filter]) -> Iterable[Filter]:
+        """Skip subpartitions that equality filters on the partitioning key rule out.
+
+        Every filter is handed back: Spark still applies them to the rows read.
+        """
+        keep = prune(self.partitioner_spec, self.stored_schema, self.num_subpartitions, filters)
+        if keep is not None:
+            self.selection = tuple(s for s in self.selection if s in keep)
+        return filters
+
+
+# --------------------------------------------------------------------------------- source
+
+
+class ArrowShuffleDataSource(DataSource):
+    """The ``arrowshuffle`` data source; register it with :func:`arrowshuffle.spark.register`."""
+
+    @classmethod
+    def name(cls) -> str:
+        """The format name: ``arrowshuffle``."""
+        return FORMAT_NAME
+
+    def schema(self) -> Any:
+        """The Spark schema derived from the dataset manifest's Arrow schema."""
+        options = parse_read_options(self.options)
+        return spark_schema(open_dataset(options.path, options.storage_options).schema)
+
+    def reader(self, schema: Any) -> ArrowShuffleReader:
+        """A reader of the dataset (its files are checked against the manifest first)."""
+        options = parse_read_options(self.options)
+        if options.pushdown:
+            return PruningArrowShuffleReader(options, schema)
+        return ArrowShuffleReader(options, schema)
+
+    def writer(self, schema: Any, overwrite: bool) -> ArrowShuffleWriter:
+        """A writer of one shuffle file per task, committed by one manifest."""
+        return ArrowShuffleWriter(parse_write_options(self.options), schema, overwrite)

@@ -1,0 +1,276 @@
+"""Options of the ``arrowshuffle`` Spark data source: parsed and checked once, on the driver.
+
+Spark hands a data source its options as a case-insensitive map of strings. Known options are
+parsed here into typed values; every other option is passed to fsspec as a storage option
+(``endpoint_url``, ``key``, ...), with ``"true"``/``"false"`` turned into booleans. A
+``storage_options`` option holding a JSON object gives storage options exactly (nested values,
+case-sensitive keys); single options override its keys.
+
+Writer options:
+    ``path``, ``num_subpartitions`` (required), ``partition_by`` (``"k1,k2"``), ``partitioner``
+    (default ``hash`` when ``partition_by`` is given), ``partitioner_options`` (JSON object of
+    extra partitioner arguments), ``memory`` (``"256MiB"``; default: the process-wide pool),
+    ``compression`` (``none``/``lz4``/``zstd``), ``max_batch_rows``, ``subpartition_column``
+    (a column that already holds each row's subpartition; it is not stored),
+    ``storage_options``.
+
+Reader options:
+    ``path``, ``consumers`` (P contiguous subpartition ranges, one Spark partition each),
+    ``subpartitions`` (``"3"``, ``"0-7"``, ``"1,4,6-9"``), ``verify`` (check every chunk's
+    CRC32C), ``pushdown`` (``true``: equality filters on the partitioning key skip
+    subpartitions; Spark also needs ``spark.sql.python.filterPushdown.enabled``),
+    ``storage_options``.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from arrowshuffle.format.errors import InvalidOptionError
+from arrowshuffle.format.units import parse_bytes
+from arrowshuffle.writers.file_writer import DEFAULT_MAX_BATCH_ROWS, normalize_compression
+
+#: The name of the data source: ``spark.read.format(FORMAT_NAME)``.
+FORMAT_NAME = "arrowshuffle"
+
+WRITER_OPTIONS = frozenset(
+    {
+        "path",
+        "num_subpartitions",
+        "partition_by",
+        "partitioner",
+        "partitioner_options",
+        "memory",
+        "compression",
+        "max_batch_rows",
+        "subpartition_column",
+        "storage_options",
+    }
+)
+READER_OPTIONS = frozenset(
+    {"path", "consumers", "subpartitions", "verify", "pushdown", "storage_options"}
+)
+#: Options of either side: a writer ignores reader options and the other way round, so one
+#: options dict can serve both.
+ALL_OPTIONS = WRITER_OPTIONS | READER_OPTIONS
+
+
+@dataclass(frozen=True)
+class WriteOptions:
+    """The parsed writer options."""
+
+    path: str
+    num_subpartitions: int
+    partition_by: tuple[str, ...] = ()
+    partitioner: str | None = None
+    partitioner_options: dict[str, Any] = field(default_factory=dict)
+    memory: int | None = None
+    compression: str = "none"
+    max_batch_rows: int = DEFAULT_MAX_BATCH_ROWS
+    subpartition_column: str | None = None
+    storage_options: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class ReadOptions:
+    """The parsed reader options."""
+
+    path: str
+    consumers: int | None = None
+    #: The ``subpartitions`` option as given; :meth:`selection` resolves it.
+    subpartitions: str | None = None
+    verify: bool = False
+    pushdown: bool = False
+    storage_options: dict[str, Any] = field(default_factory=dict)
+
+    def selection(self, num_subpartitions: int) -> tuple[int, ...]:
+        """The subpartitions to read, ascending: those of the option, or all."""
+        if self.subpartitions is None:
+            return tuple(range(num_subpartitions))
+        return parse_subpartitions(self.subpartitions, num_subpartitions)
+
+
+def _lower(options: Mapping[str, str]) -> dict[str, str]:
+    return {str(k).lower(): str(v) for k, v in options.items()}
+
+
+def _path(opts: dict[str, str], action: str) -> str:
+    path = opts.get("path", "").strip()
+    if not path:
+        raise InvalidOptionError(
+            f"the arrowshuffle data source needs a path: .{action}('/data/shuffle') or "
+            "option('path', ...)"
+        )
+    return path
+
+
+def parse_int(value: str, name: str, *, minimum: int) -> int:
+    """Parse an integer option of at least ``minimum``."""
+    try:
+        number = int(str(value).strip())
+    except ValueError:
+        raise InvalidOptionError(f"option {name} must be an integer, found {value!r}") from None
+    if number < minimum:
+        raise InvalidOptionError(f"option {name} must be at least {minimum}, found {number}")
+    return number
+
+
+def parse_bool(value: str, name: str) -> bool:
+    """Parse ``true``/``false`` (also ``1``/``0``, ``yes``/``no``)."""
+    text = str(value).strip().lower()
+    if text in ("true", "1", "yes"):
+        return True
+    if text in ("false", "0", "no"):
+        return False
+    raise InvalidOptionError(f"option {name} must be true or false, found {value!r}")
+
+
+def parse_columns(value: str) -> tuple[str, ...]:
+    """Split ``"k1, k2"`` into column names (spaces around commas are dropped)."""
+    names = tuple(part.strip() for part in str(value).split(","))
+    if not all(names):
+        raise InvalidOptionError(
+            f"option partition_by must be column names separated by commas, found {value!r}"
+        )
+    return names
+
+
+def parse_json_object(value: str, name: str) -> dict[str, Any]:
+    """Parse an option holding a JSON object."""
+    try:
+        parsed = json.loads(value)
+    except json.JSONDecodeError as exc:
+        raise InvalidOptionError(
+            f"option {name} must be a JSON object, found {value!r:.80} ({exc})"
+        ) from None
+    if not isinstance(parsed, dict):
+        raise InvalidOptionError(f"option {name} must be a JSON object, found {value!r:.80}")
+    return parsed
+
+
+def parse_subpartitions(value: str, num_subpartitions: int) -> tuple[int, ...]:
+    """Parse ``"3"``, ``"0-7"`` (inclusive) or ``"1,4,6-9"`` into sorted, distinct ids.
+
+    Raises:
+        InvalidOptionError: unreadable text, a reversed range, or ids outside
+            ``[0, num_subpartitions)``.
+    """
+    ids: set[int] = set()
+    for part in str(value).split(","):
+        text = part.strip()
+        low, dash, high = text.partition("-")
+        try:
+            first = int(low)
+            last = int(high) if dash else first
+        except ValueError:
+            raise InvalidOptionError(
+                f"option subpartitions must look like '3', '0-7' or '1,4,6-9', found {value!r}"
+            ) from None
+        if last < first:
+            raise InvalidOptionError(f"option subpartitions: range {text!r} is reversed")
+        if first < 0 or last >= num_subpartitions:
+            raise InvalidOptionError(
+                f"option subpartitions: {text!r} is outside the dataset's subpartitions "
+                f"[0, {num_subpartitions - 1}]"
+            )
+        ids.update(range(first, last + 1))
+    return tuple(sorted(ids))
+
+
+def _storage_value(value: str) -> Any:
+    lowered = value.strip().lower()
+    if lowered in ("true", "false"):
+        return lowered == "true"
+    return value
+
+
+def storage_options(opts: dict[str, str], known: frozenset[str], path: str) -> dict[str, Any]:
+    """The fsspec storage options: the ``storage_options`` JSON plus every unknown option.
+
+    Options of the other side (a reader option given to a writer, or the reverse) are ignored.
+
+    Raises:
+        InvalidOptionError: unknown options on a local path, where no storage option applies
+            (most likely a misspelt option name).
+    """
+    result: dict[str, Any] = {}
+    if "storage_options" in opts:
+        result.update(parse_json_object(opts["storage_options"], "storage_options"))
+    extra = {k: v for k, v in opts.items() if k not in known and k not in ALL_OPTIONS}
+    if extra and "://" not in path and not path.startswith("file:"):
+        raise InvalidOptionError(
+            f"unknown option(s) {sorted(extra)} for the local path {path!r}: the arrowshuffle "
+            f"data source takes {sorted(known)} (other options are storage options for URLs)"
+        )
+    result.update({k: _storage_value(v) for k, v in extra.items()})
+    return result
+
+
+def parse_write_options(options: Mapping[str, str]) -> WriteOptions:
+    """Parse and check the writer options (see the module docstring)."""
+    opts = _lower(options)
+    path = _path(opts, "save")
+    storage = storage_options(opts, WRITER_OPTIONS, path)  # first: it catches misspelt names
+    if "num_subpartitions" not in opts:
+        raise InvalidOptionError(
+            "the arrowshuffle writer needs option num_subpartitions (how many subpartitions "
+            "each file is split into)"
+        )
+    num = parse_int(opts["num_subpartitions"], "num_subpartitions", minimum=1)
+    if num > 2**31 - 1:
+        raise InvalidOptionError(f"option num_subpartitions must be below 2**31, found {num}")
+    by = parse_columns(opts["partition_by"]) if opts.get("partition_by", "").strip() else ()
+    partitioner = opts.get("partitioner", "").strip().lower() or None
+    column = opts.get("subpartition_column", "").strip() or None
+    if partitioner is None and by:
+        partitioner = "hash"
+    if partitioner is None and column is None:
+        raise InvalidOptionError(
+            "the arrowshuffle writer needs option partition_by (hash partitioning by those "
+            "columns, as df.repartition(n, cols)), option partitioner (for example "
+            "'round_robin'), or option subpartition_column"
+        )
+    memory = parse_bytes(opts["memory"], name="option memory") if "memory" in opts else None
+    return WriteOptions(
+        path=path,
+        num_subpartitions=num,
+        partition_by=by,
+        partitioner=partitioner,
+        partitioner_options=(
+            parse_json_object(opts["partitioner_options"], "partitioner_options")
+            if "partitioner_options" in opts
+            else {}
+        ),
+        memory=memory,
+        compression=normalize_compression(opts.get("compression")),
+        max_batch_rows=(
+            parse_int(opts["max_batch_rows"], "max_batch_rows", minimum=1)
+            if "max_batch_rows" in opts
+            else DEFAULT_MAX_BATCH_ROWS
+        ),
+        subpartition_column=column,
+        storage_options=storage,
+    )
+
+
+def parse_read_options(options: Mapping[str, str]) -> ReadOptions:
+    """Parse and check the reader options (see the module docstring)."""
+    opts = _lower(options)
+    path = _path(opts, "load")
+    storage = storage_options(opts, READER_OPTIONS, path)
+    consumers = (
+        parse_int(opts["consumers"], "consumers", minimum=1) if "consumers" in opts else None
+    )
+    verify = parse_bool(opts["verify"], "verify") if "verify" in opts else False
+    pushdown = parse_bool(opts["pushdown"], "pushdown") if "pushdown" in opts else False
+    return ReadOptions(
+        path=path,
+        consumers=consumers,
+        subpartitions=opts.get("subpartitions"),
+        verify=verify,
+        pushdown=pushdown,
+        storage_options=storage,
+    )

@@ -1,0 +1,241 @@
+"""Benchmark shuffle layouts written and read by Spark: arrowshuffle vs two Parquet layouts.
+
+Run from the repository root::
+
+    python -m benchmarks.bench_spark --rows 1000000 --subpartitions 16 --files 4 --repeats 3
+
+One local Spark session (``local[*]``), one generated DataFrame (the main job's data: a skewed
+long key, a string, a decimal, a timestamp and a double; cached before timing), then three
+ways to lay out N subpartitions for downstream consumers:
+
+``arrowshuffle``
+    ``arrowshuffle.spark.write(df, partition_by=key)``: one data/index pair per Spark task
+    (M files), region-sorted, LZ4 bodies. Spark computes the subpartitions (``pmod(hash)``).
+``repartition parquet``
+    ``df.repartition(N, key).write.parquet``: a full Spark shuffle first, then one Parquet file
+    per subpartition (N files; Snappy).
+``partitionBy parquet``
+    ``df.withColumn("sub", pmod(hash(key), N)).write.partitionBy("sub").parquet``: the hive
+    layout, one file per (task, subpartition) (M x N files; Snappy).
+
+Measured, each as the median of ``--repeats`` runs: the write's wall time, the data files,
+objects (data files plus index sidecars) and bytes it produces, reading one subpartition (a
+typical one, not the hot key's) and reading all of them back with Spark. Reads compute a sum
+over a hash of every column, so every byte of every column is decoded (a ``count()`` would let
+Parquet answer from its footers). Results are printed as a table with ratios to arrowshuffle
+and written as JSON.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+DEFAULT_OUT = Path(__file__).parent / "results" / "spark.json"
+LAYOUTS = ("arrowshuffle", "repartition parquet", "partitionBy parquet")
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rows", type=int, default=1_000_000)
+    parser.add_argument("--subpartitions", type=int, default=16)
+    parser.add_argument("--files", type=int, default=4, help="Spark tasks writing (M)")
+    parser.add_argument("--keys", type=int, default=10_000)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--master", default="local[*]")
+    parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help="JSON results file")
+    return parser.parse_args(argv)
+
+
+def timed(fn: Callable[[], Any], repeats: int) -> tuple[float, Any]:
+    """Median wall time of ``repeats`` calls, and the last call's result."""
+    times = []
+    result = None
+    for _ in range(repeats):
+        start = time.perf_counter()
+        result = fn()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times), result
+
+
+def data_files(path: str) -> tuple[int, int, int]:
+    """Data files under ``path``, all objects (index sidecars too) and their bytes.
+
+    Manifests, success markers and checksum files are not counted.
+    """
+    data = objects = size = 0
+    for root, _, names in os.walk(path):
+        for name in names:
+            if name.startswith((".", "_")) or name.endswith(".crc"):
+                continue
+            objects += 1
+            data += not name.endswith(".idx")
+            size += os.path.getsize(os.path.join(root, name))
+    return data, objects, size
+
+
+def full_scan(df: Any) -> int:
+    """Decode every column of every row: the sum of a hash of each row."""
+    from pyspark.sql import functions as F
+
+    row_hash = F.pmod(F.xxhash64(*[F.col(c) for c in df.columns]), F.lit(2**31 - 1))
+    return int(df.select(F.sum(row_hash)).collect()[0][0] or 0)
+
+
+def repartition_file(path: str, subpartition: int) -> list[str]:
+    """The Parquet file(s) Spark wrote for partition ``subpartition`` (``part-0000s-...``)."""
+    prefix = f"part-{subpartition:05d}-"
+    return [
+        os.path.join(path, name)
+        for name in sorted(os.listdir(path))
+        if name.startswith(prefix) and name.endswith(".parquet")
+    ]
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    from pyspark.sql import functions as F
+
+    import arrowshuffle.spark as ash_spark
+    from arrowshuffle.pipeline import KEY, generate
+
+    n = args.subpartitions
+    spark = ash_spark.local_session(
+        "arrowshuffle-bench",
+        master=args.master,
+        config={"spark.sql.shuffle.partitions": str(n)},
+    )
+    work = tempfile.mkdtemp(prefix="arrowshuffle-bench-")
+    try:
+        df = generate(spark, args.rows, args.files, args.keys).cache()
+        df.count()
+        sub = F.pmod(F.hash(F.col(KEY)), F.lit(n))
+        counts = {
+            int(r["s"]): int(r["count"]) for r in df.groupBy(sub.alias("s")).count().collect()
+        }
+        hot = max(counts, key=lambda s: counts[s])
+        typical = sorted((s for s in counts if s != hot), key=lambda s: counts[s])[
+            (len(counts) - 1) // 2
+        ]
+        paths = {name: os.path.join(work, name.replace(" ", "_")) for name in LAYOUTS}
+
+        writers: dict[str, Callable[[], Any]] = {
+            "arrowshuffle": lambda: ash_spark.write(
+                df,
+                paths["arrowshuffle"],
+                num_subpartitions=n,
+                partition_by=KEY,
+                compression="lz4",
+            ),
+            "repartition parquet": lambda: (
+                df.repartition(n, KEY).write.mode("overwrite").parquet(paths["repartition parquet"])
+            ),
+            "partitionBy parquet": lambda: (
+                df.withColumn("sub", sub)
+                .write.mode("overwrite")
+                .partitionBy("sub")
+                .parquet(paths["partitionBy parquet"])
+            ),
+        }
+
+        def read_one(name: str) -> Callable[[], int]:
+            path = paths[name]
+            if name == "arrowshuffle":
+                return lambda: full_scan(ash_spark.read(spark, path, subpartitions=typical))
+            if name == "repartition parquet":
+                return lambda: full_scan(spark.read.parquet(*repartition_file(path, typical)))
+            return lambda: full_scan(
+                spark.read.parquet(path).where(F.col("sub") == typical).drop("sub")
+            )
+
+        def read_all(name: str) -> Callable[[], int]:
+            path = paths[name]
+            if name == "arrowshuffle":
+                return lambda: full_scan(spark.read.format("arrowshuffle").load(path))
+            if name == "repartition parquet":
+                return lambda: full_scan(spark.read.parquet(path))
+            return lambda: full_scan(spark.read.parquet(path).drop("sub"))
+
+        results: dict[str, dict[str, Any]] = {}
+        expected_all = full_scan(df)
+        expected_one = full_scan(df.where(sub == typical))
+        for name in LAYOUTS:
+            print(f"... {name}: write", flush=True)
+            write_s, _ = timed(writers[name], args.repeats)
+            files, objects, size = data_files(paths[name])
+            print(f"... {name}: read", flush=True)
+            one_s, one = timed(read_one(name), args.repeats)
+            all_s, everything = timed(read_all(name), args.repeats)
+            if (one, everything) != (expected_one, expected_all):
+                raise SystemExit(f"{name}: the read-back rows differ from the source")
+            results[name] = {
+                "write_s": write_s,
+                "files": files,
+                "objects": objects,
+                "bytes": size,
+                "read_one_s": one_s,
+                "read_all_s": all_s,
+            }
+    finally:
+        spark.stop()
+        shutil.rmtree(work, ignore_errors=True)
+
+    base = results["arrowshuffle"]
+    header = (
+        f"{'layout':<22}{'files':>7}{'objects':>9}{'MiB':>8}{'write s':>9}{'x':>6}"
+        f"{'read 1 s':>10}{'x':>6}{'read all s':>12}{'x':>6}"
+    )
+    lines = [header, "-" * len(header)]
+    for name in LAYOUTS:
+        r = results[name]
+        lines.append(
+            f"{name:<22}{r['files']:>7}{r['objects']:>9}{r['bytes'] / 2**20:>8.1f}"
+            f"{r['write_s']:>9.2f}{r['write_s'] / base['write_s']:>6.2f}"
+            f"{r['read_one_s']:>10.2f}{r['read_one_s'] / base['read_one_s']:>6.2f}"
+            f"{r['read_all_s']:>12.2f}{r['read_all_s'] / base['read_all_s']:>6.2f}"
+        )
+    print()
+    print(
+        f"{args.rows:,} rows, {n} subpartitions, {args.files} writing tasks, master "
+        f"{args.master}, median of {args.repeats}; x = time / arrowshuffle's time; "
+        f"read 1 = subpartition {typical} ({counts[typical]:,} rows; hot one: "
+        f"{counts[hot]:,})"
+    )
+    print("\n".join(lines))
+
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    document = {
+        "benchmark": "spark layouts",
+        "rows": args.rows,
+        "subpartitions": n,
+        "files": args.files,
+        "keys": args.keys,
+        "repeats": args.repeats,
+        "master": args.master,
+        "read_one_subpartition": typical,
+        "rows_in_read_one": counts[typical],
+        "machine": {
+            "cpus": os.cpu_count(),
+            "python": platform.python_version(),
+            "platform": platform.platform(),
+        },
+        "results": results,
+    }
+    args.out.write_text(json.dumps(document, indent=1, sort_keys=True) + "\n")
+    print(f"wrote {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
