@@ -1,8 +1,13 @@
-"""The ``arrowshuffle`` command: validate, inspect and read shuffle files.
+"""The ``arrowshuffle`` command: validate, inspect and read shuffle files and datasets.
 
 Exit status: 0 when everything is valid, 1 when a file breaks a rule of the format, 2 for a
 usage error or a storage problem. Errors are one line on stderr, never a traceback (set
 ``ARROWSHUFFLE_DEBUG=1`` to see one).
+
+A PATH of ``validate`` or ``inspect`` may be a dataset (a directory or URL holding
+``_arrowshuffle_manifest.json``): it is validated against the manifest rules and every listed
+file's rules, or inspected as a whole. Work over several files shows a progress bar on stderr
+when stderr is a terminal, and nothing when it is piped.
 """
 
 from __future__ import annotations
@@ -19,11 +24,17 @@ from typing import Any, Protocol, TextIO
 import pyarrow as pa
 
 import arrowshuffle
-from arrowshuffle._storage import INDEX_SUFFIX
+from arrowshuffle._progress import ProgressBar
+from arrowshuffle._storage import INDEX_SUFFIX, resolve
 from arrowshuffle.format.errors import ArrowShuffleError, FormatError, InvalidOptionError
+from arrowshuffle.format.manifest import MANIFEST_NAME
+from arrowshuffle.readers.dataset import ShuffleDataset, open_shuffle
+from arrowshuffle.readers.dataset_layout import dataset_layout, dataset_summary
 from arrowshuffle.readers.file_reader import open_file
-from arrowshuffle.readers.layout import layout_summary
+from arrowshuffle.readers.layout import file_layout, layout_summary
 from arrowshuffle.readers.validate import ValidationReport, validate_file
+from arrowshuffle.readers.validate_dataset import DatasetReport, is_dataset, validate_dataset
+from arrowshuffle.writers.dataset_writer import DATA_SUFFIX
 
 EXIT_OK = 0
 EXIT_INVALID = 1
@@ -112,7 +123,9 @@ def build_parser() -> argparse.ArgumentParser:
     validate = commands.add_parser(
         "validate", parents=[common], help="check files against the format's rules"
     )
-    validate.add_argument("paths", nargs="+", metavar="PATH", help="data files (.arrow)")
+    validate.add_argument(
+        "paths", nargs="+", metavar="PATH", help="data files (.arrow) or dataset directories"
+    )
     validate.add_argument(
         "--deep", action="store_true", help="also read every chunk: checksums, decoding, rows"
     )
@@ -121,8 +134,14 @@ def build_parser() -> argparse.ArgumentParser:
     inspect = commands.add_parser(
         "inspect", parents=[common], help="show regions, subpartitions, sizes and skew"
     )
-    inspect.add_argument("path", metavar="PATH", help="a data file (.arrow)")
+    inspect.add_argument("path", metavar="PATH", help="a data file (.arrow) or a dataset")
     inspect.add_argument("--json", action="store_true", help="print JSON")
+    inspect.add_argument(
+        "--plot",
+        metavar="PNG",
+        help="also draw the region x subpartition heatmap of bytes and rows into this file "
+        "(needs matplotlib)",
+    )
 
     read = commands.add_parser(
         "read", parents=[common], help="read subpartitions into an .arrow, .parquet or .csv file"
@@ -146,51 +165,103 @@ def build_parser() -> argparse.ArgumentParser:
 def _validate(args: argparse.Namespace, storage: dict[str, Any], out: TextIO) -> int:
     reports: list[dict[str, Any]] = []
     status = EXIT_OK
-    for path in args.paths:
+    bar = ProgressBar(len(args.paths), "validate", sys.stderr)
+    for done, path in enumerate(args.paths):
+        bar.update(done, path)
         try:
-            report = validate_file(path, deep=args.deep, storage_options=storage)
+            if _names_dataset(path, storage):
+                report: ValidationReport | DatasetReport = _validate_dataset(args, path, storage)
+            else:
+                report = validate_file(path, deep=args.deep, storage_options=storage)
         except (ArrowShuffleError, OSError) as exc:
             if isinstance(exc, FormatError):
-                raise  # not expected from validate_file: it reports broken rules
+                raise  # not expected from the validators: they report broken rules
             status = EXIT_ERROR
             message = _one_line(exc) + _index_hint(path)
+            bar.clear()
             _error(f"ERROR {path}: {message}")
             reports.append({"path": path, "ok": False, "error": message})
             continue
-        reports.append({"path": path, **report.to_dict(), "error": None})
+        bar.update(done + 1, path)
+        kind = {} if isinstance(report, DatasetReport) else {"kind": "file"}
+        reports.append({"path": path, **kind, **report.to_dict(), "error": None})
         if not report.ok and status == EXIT_OK:
             status = EXIT_INVALID
         if not args.json:
-            print(_report_line(path, report), file=out)
+            bar.clear()
+            print(_report_line(path, report), file=out, flush=True)
+    bar.close()
     if args.json:
         json.dump(reports, out, indent=1)
         out.write("\n")
     return status
 
 
+def _names_dataset(path: str, storage: dict[str, Any]) -> bool:
+    """A local directory, or a URL with a manifest inside (one existence check).
+
+    URLs of data files (``.arrow``) and of indexes are taken as files without a request, so
+    that validating many files costs no extra round trips.
+    """
+    location = resolve(path, storage)
+    if location.is_local:
+        return os.path.isdir(location.path)
+    if location.path.rstrip("/").endswith((DATA_SUFFIX, INDEX_SUFFIX)):
+        return False
+    return is_dataset(path, storage)
+
+
+def _validate_dataset(
+    args: argparse.Namespace, path: str, storage: dict[str, Any]
+) -> DatasetReport:
+    with ProgressBar(0, f"validate {path}", sys.stderr) as bar:
+
+        def progress(done: int, total: int, name: str) -> None:
+            bar.update(done, name, total=total)
+
+        return validate_dataset(path, deep=args.deep, storage_options=storage, progress=progress)
+
+
 def _index_hint(path: str) -> str:
+    if path.rstrip("/").endswith("/" + MANIFEST_NAME) or path == MANIFEST_NAME:
+        directory = os.path.dirname(path.rstrip("/")) or "."
+        return f" (give the dataset directory, {directory!r}, not its manifest)"
     if path.endswith(INDEX_SUFFIX):
         return f" (give the data file, {path[: -len(INDEX_SUFFIX)]!r}, not its index)"
     return ""
 
 
-def _report_line(path: str, report: ValidationReport) -> str:
-    if report.ok:
-        return f"OK {path}"
-    first, *rest = report.violations
-    more = list(dict.fromkeys(v.rule for v in rest))  # distinct, in report order
+def _report_line(path: str, report: ValidationReport | DatasetReport) -> str:
+    if isinstance(report, DatasetReport):
+        found = report.all_violations
+        files = report.summary.get("files", len(report.files))
+        unlisted = len(report.summary.get("unlisted", []))
+        note = f"; {unlisted} unlisted files ignored" if unlisted else ""
+        if report.ok:
+            return f"OK {path} (dataset: {files} files, {report.summary.get('rows', 0)} rows{note})"
+    else:
+        found = [(None, v) for v in report.violations]
+        if report.ok:
+            return f"OK {path}"
+    (where, first), *rest = found
+    more = list(dict.fromkeys(v.rule for _, v in rest))  # distinct, in report order
     also = f" (more: {', '.join(more)})" if more else ""
-    return f"INVALID {path}: {_one_line(first)}{also}"
+    prefix = f"{where}: " if where else ""
+    return f"INVALID {path}: {prefix}{_one_line(first)}{also}"
 
 
 def _inspect(args: argparse.Namespace, storage: dict[str, Any], out: TextIO) -> int:
-    with open_file(args.path, storage_options=storage) as shuffle_file:
+    opened = open_shuffle(args.path, storage)
+    if isinstance(opened, ShuffleDataset):
+        return _inspect_dataset(args, opened, out)
+    with opened as shuffle_file:
         summary = layout_summary(shuffle_file)
+        if args.plot:
+            _plot(file_layout(shuffle_file), args.plot, f"{shuffle_file.url}")
     if args.json:
         json.dump(summary, out, indent=1)
         out.write("\n")
         return EXIT_OK
-    skew = summary["skew"]
     lines = [
         f"file           {summary['url']}",
         f"format         v{summary['format_version']}",
@@ -201,16 +272,73 @@ def _inspect(args: argparse.Namespace, storage: dict[str, Any], out: TextIO) -> 
         f"index bytes    {summary['index_bytes']}",
         f"compression    {summary['compression']}",
         f"partitioner    {json.dumps(summary['partitioner'], sort_keys=True)}",
-        "skew           " + ("n/a (no rows)" if skew is None else f"{skew:.3f} (max/mean rows)"),
+        f"skew           {_skew_text(summary['skew'])}",
         "",
-        f"{'subpartition':>12}  {'rows':>12}  {'bytes':>14}  {'chunks':>6}",
+        *_subpartition_table(summary["per_subpartition"]),
     ]
-    lines.extend(
-        f"{t['subpartition']:>12}  {t['rows']:>12}  {t['bytes']:>14}  {t['chunks']:>6}"
-        for t in summary["per_subpartition"]
-    )
     print("\n".join(lines), file=out)
     return EXIT_OK
+
+
+def _inspect_dataset(args: argparse.Namespace, dataset: ShuffleDataset, out: TextIO) -> int:
+    with ProgressBar(dataset.num_files, "inspect", sys.stderr) as bar:
+        layout = dataset_layout(dataset, progress=lambda done, _, name: bar.update(done, name))
+    summary = dataset_summary(dataset, layout)
+    if args.plot:
+        _plot(layout, args.plot, f"{dataset.url} ({dataset.num_files} files)")
+    if args.json:
+        json.dump(summary, out, indent=1)
+        out.write("\n")
+        return EXIT_OK
+    lines = [
+        f"dataset        {summary['url']}",
+        f"files          {summary['files']}",
+        f"regions        {summary['regions']} ({summary['broadcast_regions']} broadcast)",
+        f"subpartitions  {summary['subpartitions']}",
+        f"rows           {summary['rows']}",
+        f"data bytes     {summary['data_bytes']}",
+        f"index bytes    {summary['index_bytes']}",
+        f"compression    {', '.join(summary['compression']) or 'n/a (no files)'}",
+        f"partitioner    {json.dumps(summary['partitioner'], sort_keys=True)}",
+        f"skew           {_skew_text(summary['skew'])} over all files",
+        "",
+        f"{'file':>6}  {'regions':>7}  {'rows':>12}  {'bytes':>14}  {'skew':>7}  name",
+    ]
+    lines.extend(
+        f"{f['file']:>6}  {f['regions']:>7}  {f['rows']:>12}  {f['data_bytes']:>14}  "
+        f"{'n/a' if f['skew'] is None else format(f['skew'], '.3f'):>7}  {f['name']}"
+        for f in summary["per_file"]
+    )
+    lines.append("")
+    lines.extend(_subpartition_table(summary["per_subpartition"]))
+    print("\n".join(lines), file=out)
+    return EXIT_OK
+
+
+def _skew_text(skew: float | None) -> str:
+    return "n/a (no rows)" if skew is None else f"{skew:.3f} (max/mean rows)"
+
+
+def _subpartition_table(totals: list[dict[str, Any]]) -> list[str]:
+    lines = [f"{'subpartition':>12}  {'rows':>12}  {'bytes':>14}  {'chunks':>6}"]
+    lines.extend(
+        f"{t['subpartition']:>12}  {t['rows']:>12}  {t['bytes']:>14}  {t['chunks']:>6}"
+        for t in totals
+    )
+    return lines
+
+
+def _plot(layout: pa.Table, path: str, title: str) -> None:
+    """Draw the heatmap into ``path``; a missing matplotlib is a usage error with a hint."""
+    from arrowshuffle.plot import PlottingUnavailableError, plot_layout
+
+    try:
+        plot_layout(layout, path, title=title)
+    except PlottingUnavailableError as exc:
+        raise _UsageError(f"--plot: {exc}") from exc
+    except ValueError as exc:  # matplotlib refuses the file name's extension
+        raise _UsageError(f"--plot {path!r}: {_one_line(exc)}") from exc
+    _error(f"wrote {path}")
 
 
 class _BatchWriter(Protocol):

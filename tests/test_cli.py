@@ -376,3 +376,308 @@ def test_storage_options_reach_the_object_store(
     missing = run("inspect", f"{s3_bucket}/nothing.arrow", *flags)
     assert missing.returncode == 2
     no_traceback(missing)
+
+
+# ---------------------------------------------------------------------- inspect --plot
+
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+def assert_png(path: Path) -> tuple[int, int]:
+    """The file is a PNG image with a non-empty picture; returns (height, width)."""
+    from matplotlib import image
+
+    data = path.read_bytes()
+    assert data[:8] == PNG_MAGIC
+    pixels = image.imread(path)
+    assert pixels.shape[0] > 0 and pixels.shape[1] > 0
+    assert pixels.std() > 0  # not a blank canvas
+    return pixels.shape[0], pixels.shape[1]
+
+
+def test_inspect_plot_writes_a_png(tmp_path: Path) -> None:
+    out = tmp_path / "heatmap.png"
+    result = run("inspect", BROADCAST, "--plot", str(out))
+    assert result.returncode == 0, result.stderr
+    assert_png(out)
+    assert f"file           {BROADCAST}" in result.stdout  # the summary is still printed
+
+
+def test_inspect_plot_with_json_keeps_stdout_json(tmp_path: Path) -> None:
+    out = tmp_path / "heatmap.png"
+    result = run("inspect", "--json", GOOD, "--plot", str(out))
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout)["rows"] == EXPECTED["good_basic"]["total_rows"]
+    assert_png(out)
+
+
+def test_heatmap_grid_is_the_vector_layout() -> None:
+    from arrowshuffle.plot import layout_grid
+    from arrowshuffle.readers.layout import file_layout
+
+    for name in ("good_basic", "good_broadcast"):
+        with arrowshuffle.open_file(str(VECTORS / f"{name}.arrow")) as shuffle_file:
+            grid = layout_grid(file_layout(shuffle_file))
+        vector = EXPECTED[name]
+        assert grid.rows.tolist() == vector["rows"]
+        assert grid.rows.shape == (vector["num_regions"], vector["num_subpartitions"])
+        assert grid.regions.tolist() == list(range(vector["num_regions"]))
+        assert (grid.bytes[grid.rows > 0] > 0).all()
+
+
+def test_inspect_plot_unknown_extension_is_a_usage_error(tmp_path: Path) -> None:
+    out = tmp_path / "heatmap.nope"
+    result = run("inspect", GOOD, "--plot", str(out))
+    assert result.returncode == 2
+    assert "--plot" in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
+    no_traceback(result)
+
+
+def test_inspect_plot_without_matplotlib_gives_the_install_hint(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    for module in ("matplotlib", "matplotlib.figure", "matplotlib.backends.backend_agg"):
+        monkeypatch.setitem(sys.modules, module, None)  # makes the import fail
+    out = tmp_path / "heatmap.png"
+    assert main(["inspect", GOOD, "--plot", str(out)]) == 2
+    assert "pip install 'arrowshuffle[notebooks]'" in capsys.readouterr().err
+    assert not out.exists()
+
+
+# ---------------------------------------------------------------------- progress bar
+
+
+def run_with_terminal_stderr(*args: str) -> tuple[int, str, str]:
+    """Run the CLI with stderr on a pseudo-terminal; returns (status, stdout, terminal text)."""
+    import os
+    import pty
+
+    master, slave = pty.openpty()
+    try:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "arrowshuffle.cli", *args],
+            stdout=subprocess.PIPE,
+            stderr=slave,
+        )
+        os.close(slave)
+        slave = -1
+        chunks = []
+        while True:
+            try:
+                chunk = os.read(master, 65536)
+            except OSError:  # the child closed the terminal
+                break
+            if not chunk:
+                break
+            chunks.append(chunk)
+        stdout, _ = process.communicate()
+    finally:
+        os.close(master)
+        if slave >= 0:
+            os.close(slave)
+    return process.returncode, stdout.decode(), b"".join(chunks).decode(errors="replace")
+
+
+def test_progress_bar_absent_when_piped() -> None:
+    paths = [GOOD, BROADCAST, str(VECTORS / "good_zero_rows.arrow")]
+    result = run("validate", *paths)
+    assert result.returncode == 0, result.stderr
+    assert result.stderr == ""
+    assert result.stdout.splitlines() == [f"OK {p}" for p in paths]
+
+
+def test_progress_bar_drawn_on_a_terminal() -> None:
+    paths = [GOOD, BROADCAST, str(VECTORS / "good_zero_rows.arrow")]
+    status, stdout, terminal = run_with_terminal_stderr("validate", *paths)
+    assert status == 0
+    assert stdout.splitlines() == [f"OK {p}" for p in paths]  # stdout stays clean
+    assert "validate [" in terminal and f"/{len(paths)}" in terminal
+    assert terminal.endswith("\r\x1b[2K")  # erased when done
+
+
+def test_progress_bar_class_is_silent_off_a_terminal() -> None:
+    import io
+
+    from arrowshuffle._progress import ProgressBar
+
+    stream = io.StringIO()
+    with ProgressBar(10, "work", stream) as bar:
+        for i in range(11):
+            bar.update(i, f"item {i}")
+    assert stream.getvalue() == ""
+
+
+# ---------------------------------------------------------------------- datasets
+
+
+@pytest.fixture
+def dataset_dir(tmp_path: Path) -> Any:
+    from dataset_factory import write_dataset
+
+    return write_dataset(
+        str(tmp_path / "ds"),
+        num_files=3,
+        num_subpartitions=6,
+        batches_per_file=5,
+        rows_per_batch=40,
+        memory=2048,
+        broadcast_batches=[2],
+        seed=3,
+    )
+
+
+def expected_per_subpartition(data_urls: list[str], n: int) -> np.ndarray:
+    """Rows a reader of each subpartition receives, from the data files read by plain pyarrow."""
+    from dataset_factory import read_whole_file
+
+    rows = np.zeros(n, dtype=np.int64)
+    for url in data_urls:
+        sp = read_whole_file(url).column("sp").to_numpy()
+        rows += np.bincount(sp[sp >= 0], minlength=n)
+        rows += int((sp == -1).sum())  # broadcast rows reach every subpartition
+    return rows
+
+
+def test_validate_dataset_ok_exit_0(dataset_dir: Any) -> None:
+    result = run("validate", "--deep", dataset_dir.url, GOOD)
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert lines[0] == f"OK {dataset_dir.url} (dataset: 3 files, {3 * 5 * 40} rows)"
+    assert lines[1] == f"OK {GOOD}"
+
+
+def test_validate_dataset_json(dataset_dir: Any) -> None:
+    result = run("validate", "--json", dataset_dir.url)
+    assert result.returncode == 0, result.stderr
+    (report,) = json.loads(result.stdout)
+    assert report["kind"] == "dataset" and report["ok"] is True and report["error"] is None
+    assert [f["url"] for f in report["files"]] == dataset_dir.data_urls
+    assert all(f["ok"] for f in report["files"])
+
+
+def test_validate_dataset_with_a_missing_file_exit_1(dataset_dir: Any) -> None:
+    victim = Path(dataset_dir.data_urls[1])
+    victim.unlink()
+    result = run("validate", dataset_dir.url)
+    assert result.returncode == 1
+    assert result.stdout.startswith(f"INVALID {dataset_dir.url}: {victim.name}: [M4] ")
+    no_traceback(result)
+
+
+def test_inspect_dataset_with_a_missing_index_exit_2(dataset_dir: Any) -> None:
+    index = Path(dataset_dir.data_urls[1] + ".idx")
+    index.unlink()
+    inspected = run("inspect", dataset_dir.url)  # a listed index is gone: a storage problem
+    assert inspected.returncode == 2
+    assert index.name in inspected.stderr
+    assert len(inspected.stderr.strip().splitlines()) == 1
+    no_traceback(inspected)
+
+
+def test_validate_dataset_with_a_damaged_chunk_needs_deep(dataset_dir: Any) -> None:
+    data = Path(dataset_dir.data_urls[0])
+    with arrowshuffle.open_file(str(data)) as shuffle_file:
+        stats = shuffle_file.stats().to_pylist()
+    chunk = next(c for c in stats if c["bytes"] > 0 and not c["broadcast"])
+    raw = bytearray(data.read_bytes())
+    raw[chunk["offset"] + chunk["bytes"] - 1] ^= 0xFF
+    data.write_bytes(bytes(raw))
+    assert run("validate", dataset_dir.url).returncode == 0
+    deep = run("validate", "--deep", dataset_dir.url)
+    assert deep.returncode == 1
+    assert deep.stdout.startswith(f"INVALID {dataset_dir.url}: {data.name}: [V16] ")
+
+
+def test_validate_and_inspect_damaged_manifest_exit_1(dataset_dir: Any) -> None:
+    manifest = Path(dataset_dir.url) / "_arrowshuffle_manifest.json"
+    manifest.write_text("{not json")
+    result = run("validate", dataset_dir.url)
+    assert result.returncode == 1
+    assert result.stdout.startswith(f"INVALID {dataset_dir.url}: [M1] ")
+    inspected = run("inspect", dataset_dir.url)
+    assert inspected.returncode == 1
+    assert "[M1]" in inspected.stderr
+    no_traceback(inspected)
+
+
+def test_directory_without_manifest_exit_2(tmp_path: Path) -> None:
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    for command in ("validate", "inspect"):
+        result = run(command, str(empty))
+        assert result.returncode == 2
+        assert "_arrowshuffle_manifest.json" in result.stderr
+        no_traceback(result)
+
+
+def test_inspect_dataset_totals_over_all_files(dataset_dir: Any) -> None:
+    result = run("inspect", "--json", dataset_dir.url)
+    assert result.returncode == 0, result.stderr
+    summary = json.loads(result.stdout)
+    expected = expected_per_subpartition(dataset_dir.data_urls, 6)
+    assert summary["kind"] == "dataset"
+    assert summary["files"] == 3 and summary["subpartitions"] == 6
+    assert summary["rows"] == 3 * 5 * 40
+    assert [t["rows"] for t in summary["per_subpartition"]] == expected.tolist()
+    assert summary["skew"] == pytest.approx(expected.max() / expected.mean())
+    assert summary["broadcast_regions"] == 3  # one broadcast batch per file
+    assert [f["name"] for f in summary["per_file"]] == [Path(u).name for u in dataset_dir.data_urls]
+    assert [f["data_bytes"] for f in summary["per_file"]] == [
+        Path(u).stat().st_size for u in dataset_dir.data_urls
+    ]
+
+
+def test_inspect_dataset_text_and_plot(dataset_dir: Any, tmp_path: Path) -> None:
+    out = tmp_path / "dataset.png"
+    result = run("inspect", dataset_dir.url, "--plot", str(out))
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith(f"dataset        {dataset_dir.url}\n")
+    table = result.stdout.split("\nsubpartition ", 1)[1].splitlines()[1:]
+    rows = [int(line.split()[1]) for line in table if line.strip()]
+    assert rows == expected_per_subpartition(dataset_dir.data_urls, 6).tolist()
+    for url in dataset_dir.data_urls:
+        assert Path(url).name in result.stdout
+    assert_png(out)
+
+
+def test_inspect_dataset_progress_on_a_terminal_only(dataset_dir: Any) -> None:
+    piped = run("inspect", dataset_dir.url)
+    assert piped.returncode == 0 and piped.stderr == ""
+    status, stdout, terminal = run_with_terminal_stderr("inspect", dataset_dir.url)
+    assert status == 0
+    assert stdout == piped.stdout
+    assert "inspect [" in terminal and "3/3" in terminal
+
+
+@pytest.mark.s3
+def test_dataset_on_object_storage(s3_endpoint: Any, s3_bucket: str, tmp_path: Path) -> None:
+    from dataset_factory import write_dataset
+
+    options = s3_endpoint.storage_options()
+    written = write_dataset(
+        f"{s3_bucket}/ds", num_files=3, num_subpartitions=4, storage_options=options, seed=5
+    )
+    flags = [
+        "--storage-option",
+        f"endpoint_url={options['endpoint_url']}",
+        "--storage-option",
+        "key=testing",
+        "--storage-option",
+        "secret=testing",
+        "--storage-option",
+        'client_kwargs={"region_name": "eu-west-1"}',
+    ]
+    url = f"{s3_bucket}/ds"
+    result = run("validate", "--deep", url, *flags)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith(f"OK {url} (dataset: 3 files, ")
+    out = tmp_path / "remote.png"
+    inspected = run("inspect", "--json", url, "--plot", str(out), *flags)
+    assert inspected.returncode == 0, inspected.stderr
+    summary = json.loads(inspected.stdout)
+    assert summary["files"] == 3 and summary["rows"] == written.manifest.total_rows
+    assert [f["name"] for f in summary["per_file"]] == [
+        u.rsplit("/", 1)[1] for u in written.data_urls
+    ]
+    assert_png(out)

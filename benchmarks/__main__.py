@@ -1,0 +1,458 @@
+"""Run every benchmark on generated data and summarize them in one table.
+
+From the repository root::
+
+    python -m benchmarks                         # small: a few minutes on 2 cores, Spark included
+    python -m benchmarks --size medium --repeats 5
+    python -m benchmarks --only format,reads --out-dir /tmp/bench
+
+Each benchmark script runs as its own process with the flags of the chosen size, so that one
+failing (or timing out) is reported and the others still run. The runner collects their JSON
+files, prints the key figures (each a ratio to a peer measured in the same run, with the
+absolute medians and, where the script reports them, min and max over repeats beside it),
+and writes ``summary.json`` into the output directory and the table to ``BENCHMARKS.md``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import datetime as dt
+import json
+import os
+import platform
+import shlex
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+from benchmarks.report import (
+    HEADER,
+    Figure,
+    figures,
+    markdown_table,
+    table_rows,
+    text_table,
+)
+
+ROOT = Path(__file__).resolve().parent.parent
+BENCHMARKS = ("format", "partitioners", "reads", "spark")
+SIZES = ("small", "medium", "large")
+#: Repeats per size when --repeats is not given.
+DEFAULT_REPEATS = {"small": 3, "medium": 5, "large": 5}
+#: Seconds one benchmark may run before it is stopped, per size.
+DEFAULT_TIMEOUT = {"small": 900, "medium": 3600, "large": 6 * 3600}
+#: The flag each script takes for its repeat count.
+REPEAT_FLAG = {
+    "format": "--repeats",
+    "partitioners": "--repeats",
+    "reads": "--repeat",
+    "spark": "--repeats",
+}
+MiB = 2**20
+
+#: The data of each benchmark, per size. small fits a 2-core machine in a few minutes in all;
+#: medium is close to the scripts' own defaults; large is the scale the issues ask about (a 2 GiB
+#: write with a 256 MiB pool, millions of rows per layout).
+SIZE_FLAGS: dict[str, dict[str, list[str]]] = {
+    "small": {
+        "format": ["--rows", "200000", "--subpartitions", "32", "--memory", "4MiB"],
+        "partitioners": ["--rows", "262144", "--size", "64MiB", "--pool", "16MiB"],
+        "reads": [
+            "--rows", "200000", "--files", "4", "--subpartitions", "32",
+            "--region-bytes", str(1 * MiB), "--samples", "4",
+            "--s3-rows", "40000", "--s3-region-bytes", str(64 * 1024),
+        ],
+        "spark": [
+            "--rows", "100000", "--subpartitions", "8", "--files", "2", "--master", "local[2]",
+        ],
+    },
+    "medium": {
+        "format": ["--rows", "2000000", "--subpartitions", "64", "--memory", "64MiB"],
+        "partitioners": ["--rows", "2000000", "--size", "256MiB", "--pool", "64MiB"],
+        "reads": ["--rows", "2000000", "--files", "8", "--subpartitions", "64"],
+        "spark": ["--rows", "1000000", "--subpartitions", "16", "--files", "4"],
+    },
+    "large": {
+        "format": ["--rows", "10000000", "--subpartitions", "256", "--memory", "256MiB"],
+        "partitioners": ["--rows", "10000000", "--size", "2GiB", "--pool", "256MiB"],
+        "reads": [
+            "--rows", "10000000", "--files", "16", "--subpartitions", "256",
+            "--region-bytes", str(16 * MiB), "--s3-rows", "1000000",
+            "--s3-region-bytes", str(1 * MiB),
+        ],
+        "spark": ["--rows", "10000000", "--subpartitions", "64", "--files", "8"],
+    },
+}  # fmt: skip
+
+
+@dataclass
+class Outcome:
+    """What happened to one benchmark run."""
+
+    name: str
+    argv: list[str]
+    status: str = "not run"  # ok | failed | timeout | not run
+    exit_code: int | None = None
+    seconds: float = 0.0
+    error: str | None = None
+    log: str | None = None
+    results: dict[str, Any] | None = None
+    figures: list[Figure] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "status": self.status,
+            "exit_code": self.exit_code,
+            "seconds": round(self.seconds, 1),
+            "command": shlex.join(self.argv),
+            "error": self.error,
+            "log": self.log,
+            "figures": [f.to_dict() for f in self.figures],
+            "results": self.results,
+        }
+
+
+# ---------------------------------------------------------------------- running
+
+
+def command(name: str, size: str, repeats: int, out: Path) -> list[str]:
+    """The command line of one benchmark."""
+    return [
+        sys.executable,
+        "-m",
+        f"benchmarks.bench_{name}",
+        *SIZE_FLAGS[size][name],
+        REPEAT_FLAG[name],
+        str(repeats),
+        "--out",
+        str(out),
+    ]
+
+
+def child_environment() -> dict[str, str]:
+    env = dict(os.environ)
+    env["PYTHONUNBUFFERED"] = "1"
+    env.setdefault("PYSPARK_PYTHON", sys.executable)
+    env.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    # The scripts import the package from the repository they sit in.
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH")) if p)
+    return env
+
+
+def stop_group(process: subprocess.Popen[bytes]) -> None:
+    """Stop the benchmark and everything it started (Spark's JVM, moto's server)."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(process.pid, signal.SIGTERM)
+    try:
+        process.wait(timeout=20)
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGKILL)
+        process.wait()
+
+
+def tail(path: Path, lines: int = 15) -> str:
+    text = path.read_text(errors="replace").rstrip().splitlines()
+    return "\n".join(text[-lines:])
+
+
+def run_one(name: str, size: str, repeats: int, out_dir: Path, timeout: float) -> Outcome:
+    """Run one benchmark script; its output goes to ``<name>.log``, its results to JSON."""
+    out = out_dir / f"{name}.json"
+    log = out_dir / f"{name}.log"
+    argv = command(name, size, repeats, out)
+    outcome = Outcome(name, argv, log=str(log))
+    out.unlink(missing_ok=True)  # never report a previous run's figures
+    start = time.perf_counter()
+    with open(log, "wb") as sink:
+        process = subprocess.Popen(
+            argv,
+            cwd=ROOT,
+            env=child_environment(),
+            stdout=sink,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        try:
+            outcome.exit_code = process.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            stop_group(process)
+            outcome.status = "timeout"
+            outcome.error = f"stopped after {timeout:.0f} s"
+        except BaseException:
+            stop_group(process)
+            raise
+    outcome.seconds = time.perf_counter() - start
+    if outcome.status == "timeout":
+        return outcome
+    if outcome.exit_code != 0:
+        outcome.status = "failed"
+        outcome.error = f"exit status {outcome.exit_code}; last lines:\n{tail(log)}"
+        return outcome
+    try:
+        outcome.results = json.loads(out.read_text())
+    except (OSError, ValueError) as exc:
+        outcome.status = "failed"
+        outcome.error = f"no readable results at {out}: {exc}"
+        return outcome
+    try:
+        outcome.figures = figures(name, outcome.results)
+    except (KeyError, TypeError, ValueError) as exc:
+        outcome.status = "failed"
+        outcome.error = f"the results lack a field the summary needs: {exc!r}"
+        return outcome
+    outcome.status = "ok"
+    return outcome
+
+
+# ---------------------------------------------------------------------- the machine
+
+
+def _first_line(path: str, prefix: str) -> str | None:
+    with contextlib.suppress(OSError), open(path) as f:
+        for line in f:
+            if line.startswith(prefix):
+                return line.split(":", 1)[1].strip()
+    return None
+
+
+def _version(package: str) -> str:
+    try:
+        return metadata.version(package)
+    except metadata.PackageNotFoundError:
+        return "not installed"
+
+
+def _java_version() -> str:
+    try:
+        found = subprocess.run(
+            ["java", "-version"], capture_output=True, text=True, timeout=30, check=False
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return "not found"
+    lines = (found.stderr or found.stdout).strip().splitlines()
+    return lines[0] if lines else "unknown"
+
+
+def machine() -> dict[str, Any]:
+    """Cores, memory, CPU model, OS and the versions that shape the figures."""
+    memory_kb = _first_line("/proc/meminfo", "MemTotal")
+    memory = int(memory_kb.split()[0]) * 1024 if memory_kb else None
+    return {
+        "cores": os.cpu_count(),
+        "memory_bytes": memory,
+        "cpu_model": _first_line("/proc/cpuinfo", "model name") or platform.processor(),
+        "os": platform.platform(),
+        "python": platform.python_version(),
+        "java": _java_version(),
+        **{
+            package: _version(package)
+            for package in ("arrowshuffle", "pyarrow", "polars", "pyspark", "numpy", "moto")
+        },
+    }
+
+
+# ---------------------------------------------------------------------- reports
+
+
+def shown_command(argv: list[str]) -> str:
+    """The command as a reader would type it from the repository root."""
+    inside = str(ROOT) + os.sep
+    words = ["python", *(a.removeprefix(inside) for a in argv[1:])]
+    return shlex.join(words)
+
+
+def status_rows(outcomes: list[Outcome]) -> list[list[str]]:
+    return [[o.name, o.status, f"{o.seconds:.0f} s", shown_command(o.argv)] for o in outcomes]
+
+
+def print_report(outcomes: list[Outcome]) -> None:
+    found = [f for o in outcomes for f in o.figures]
+    print()
+    if found:
+        print(text_table(found))
+        print("\nratio = arrowshuffle / peer on medians: below 1 means arrowshuffle needs less.")
+    for o in outcomes:
+        if o.status != "ok":
+            print(f"\n{o.name}: {o.status.upper()}: {o.error}\n  log: {o.log}")
+
+
+def markdown(summary: dict[str, Any], outcomes: list[Outcome]) -> str:
+    m = summary["machine"]
+    memory = f"{m['memory_bytes'] / 2**30:.1f} GiB" if m["memory_bytes"] else "unknown"
+    load = summary["load_average"]
+    machine_rows = [
+        ["cores", str(m["cores"])],
+        ["memory", memory],
+        ["CPU", str(m["cpu_model"])],
+        ["OS", str(m["os"])],
+        ["Python", m["python"]],
+        ["Java", m["java"]],
+        *[[p, m[p]] for p in ("arrowshuffle", "pyarrow", "polars", "pyspark", "numpy", "moto")],
+        ["load average (1 min) at start / end", f"{load['start']:.1f} / {load['end']:.1f}"],
+    ]
+    found = [f for o in outcomes for f in o.figures]
+    # The load before the first benchmark is other work; by the end it includes the benchmarks.
+    busy = (
+        f" The machine was busy with other work when this run started (load average"
+        f" {load['start']:.1f} on {m['cores']} cores): absolute times are inflated and noisy,"
+        " while each peer ran in the same run under the same load."
+        if m["cores"] and load["start"] >= m["cores"]
+        else ""
+    )
+    parts = [
+        "# Benchmarks",
+        "",
+        "The latest run of the benchmark suite (`benchmarks/`), written by `python -m benchmarks`."
+        " Every figure compares arrowshuffle with a peer measured in the same run, on the same"
+        " generated data. All figures are costs (time, bytes, requests, files), and"
+        " **ratio = arrowshuffle / peer** on medians: below 1 means arrowshuffle needs less."
+        " Times are medians over the repeats, with [min-max] where the script reports them.",
+        "",
+        "## Command",
+        "",
+        "```bash",
+        summary["command"],
+        "```",
+        "",
+        f"Size `{summary['size']}`, {summary['repeats']} repeats, run on {summary['started']}"
+        f" in {summary['seconds'] / 60:.1f} minutes.{busy}",
+        "",
+        "## Machine",
+        "",
+        markdown_table(["", ""], machine_rows),
+        "",
+        "## Key figures",
+        "",
+        markdown_table(HEADER, table_rows(found)) if found else "No benchmark produced figures.",
+        "",
+        "## Runs",
+        "",
+        markdown_table(["benchmark", "status", "wall time", "command"], status_rows(outcomes)),
+    ]
+    failed = [o for o in outcomes if o.status != "ok"]
+    if failed:
+        parts += ["", "Failures:", ""]
+        for o in failed:
+            parts += [f"* `{o.name}`: {o.status}: {(o.error or '').splitlines()[0]}"]
+    parts += ["", NOTES]
+    return "\n".join(parts) + "\n"
+
+
+NOTES = """## What each benchmark measures
+
+* `format` (`benchmarks/bench_format.py`): `ShuffleFileWriter` against `pyarrow.ipc` writing the
+  same batches unsorted, and against sorting the rows by subpartition first; reading one
+  subpartition with `open_file(path).read(s)` (a fresh open each time) against a standalone Arrow
+  file of only its rows and against reading the whole file and filtering; bytes read per byte of
+  the subpartition. Local disk, warm page cache.
+* `partitioners` (`benchmarks/bench_partitioners.py`): each partitioner's `assign` over the same
+  batches as polars `Series.hash` (one key) or `DataFrame.hash_rows` (two keys); then a child
+  process streams generated rows through `write()` with a `MemoryPool` and reports its peak RSS
+  growth and Arrow's peak allocation next to the pool's size.
+* `reads` (`benchmarks/bench_reads.py`): one subpartition of a multi-file dataset read with
+  arrowshuffle (pyarrow and polars), with polars `scan_ipc(...).filter(...)` over the same data
+  files, and from a hive-partitioned Parquet copy (polars and pyarrow); then the same on moto's S3
+  server on 127.0.0.1, where HTTP requests and response bytes are counted at the server and time is
+  modeled as requests x latency + bytes / bandwidth (moto's own speed says nothing about S3's).
+  At the small size the regions are smaller than the reader's default `max_gap` (256 KiB), so a
+  default read merges each file's regions into one request: fewer requests, more bytes. The
+  `max_gap=0` row is the same read with exact ranges (one request per region and file).
+* `spark` (`benchmarks/bench_spark.py`): local Spark writes the same cached DataFrame with the
+  arrowshuffle data source, with `repartition(n, key).write.parquet` and with
+  `write.partitionBy(sub).parquet`, then reads one subpartition and all of them back, decoding
+  every column. The script reports medians only.
+
+Rerun one benchmark larger with its own flags, e.g. `python -m benchmarks.bench_reads --help`, or
+all of them with `python -m benchmarks --size medium` (near the scripts' defaults) or `--size large`
+(the scale of the issues: a 2 GiB write with a 256 MiB pool, 10 million rows per layout).
+The runner keeps each script's output in `<out-dir>/<name>.log` and its JSON in
+`<out-dir>/<name>.json`; `<out-dir>/summary.json` holds everything shown here."""
+
+
+# ---------------------------------------------------------------------- entry point
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        prog="python -m benchmarks",
+        description="Run every benchmark on generated data and summarize them in one table.",
+    )
+    parser.add_argument("--size", choices=SIZES, default="small", help="data size (small)")
+    parser.add_argument(
+        "--only",
+        default=",".join(BENCHMARKS),
+        help=f"comma-separated benchmarks to run (default: all of {','.join(BENCHMARKS)})",
+    )
+    parser.add_argument("--repeats", type=int, help="repeats per measurement (3 small, else 5)")
+    parser.add_argument(
+        "--out-dir",
+        type=Path,
+        default=ROOT / "benchmarks" / "results",
+        help="where JSON results, logs and summary.json go (benchmarks/results)",
+    )
+    parser.add_argument(
+        "--markdown",
+        type=Path,
+        default=ROOT / "BENCHMARKS.md",
+        help="the Markdown report to write (BENCHMARKS.md at the repository root)",
+    )
+    parser.add_argument("--no-markdown", action="store_true", help="do not write the Markdown")
+    parser.add_argument("--timeout", type=float, help="seconds per benchmark before it is stopped")
+    args = parser.parse_args(argv)
+    chosen = [n.strip() for n in args.only.split(",") if n.strip()]
+    unknown = [n for n in chosen if n not in BENCHMARKS]
+    if unknown or not chosen:
+        parser.error(f"--only: expected names from {', '.join(BENCHMARKS)}, found {args.only!r}")
+    args.only = [n for n in BENCHMARKS if n in chosen]
+    if args.repeats is None:
+        args.repeats = DEFAULT_REPEATS[args.size]
+    if args.repeats < 1:
+        parser.error(f"--repeats must be at least 1, found {args.repeats}")
+    if args.timeout is None:
+        args.timeout = DEFAULT_TIMEOUT[args.size]
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    shown = ["python", "-m", "benchmarks", *(sys.argv[1:] if argv is None else argv)]
+    out_dir: Path = args.out_dir.resolve()
+    out_dir.mkdir(parents=True, exist_ok=True)
+    started = dt.datetime.now(dt.timezone.utc)
+    load_start = os.getloadavg()[0]
+    print(f"benchmarks: {', '.join(args.only)}; size {args.size}; {args.repeats} repeats")
+    begin = time.perf_counter()
+    outcomes = []
+    for i, name in enumerate(args.only, start=1):
+        print(f"[{i}/{len(args.only)}] {name} ...", end=" ", flush=True)
+        outcome = run_one(name, args.size, args.repeats, out_dir, args.timeout)
+        print(f"{outcome.status} in {outcome.seconds:.0f} s", flush=True)
+        outcomes.append(outcome)
+    summary = {
+        "command": shlex.join(shown),
+        "size": args.size,
+        "repeats": args.repeats,
+        "started": started.strftime("%Y-%m-%d %H:%M UTC"),
+        "seconds": time.perf_counter() - begin,
+        "load_average": {"start": load_start, "end": os.getloadavg()[0]},
+        "machine": machine(),
+        "benchmarks": {o.name: o.to_dict() for o in outcomes},
+    }
+    (out_dir / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
+    print_report(outcomes)
+    print(f"\nwrote {out_dir / 'summary.json'}")
+    if not args.no_markdown:
+        args.markdown.write_text(markdown(summary, outcomes))
+        print(f"wrote {args.markdown}")
+    return 0 if all(o.status == "ok" for o in outcomes) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

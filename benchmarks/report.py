@@ -1,0 +1,370 @@
+"""The key figures of each benchmark's JSON, as ratios to a peer, rendered as text and Markdown.
+
+Every figure compares arrowshuffle with a peer measured in the same run on the same data. All
+figures are costs (seconds, bytes, requests, bytes read per byte needed), and the ratio is
+always arrowshuffle / peer: below 1 means arrowshuffle needs less.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import asdict, dataclass
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Stat:
+    """A median with the min and max over repeats, when the benchmark reports them."""
+
+    median: float
+    low: float | None = None
+    high: float | None = None
+
+    @classmethod
+    def of(cls, entry: dict[str, Any], prefix: str = "") -> Stat:
+        """From ``{median_s, min_s, max_s}`` style keys (``prefix`` + ``median_s`` ...)."""
+        return cls(
+            float(entry[f"{prefix}median_s"]),
+            _maybe(entry.get(f"{prefix}min_s")),
+            _maybe(entry.get(f"{prefix}max_s")),
+        )
+
+
+def _maybe(value: Any) -> float | None:
+    return None if value is None else float(value)
+
+
+@dataclass(frozen=True)
+class Figure:
+    """One comparison: arrowshuffle's cost and a peer's cost for the same work."""
+
+    benchmark: str
+    measure: str
+    unit: str  # "s", "B", "requests", "files", "x" (a ratio of bytes)
+    ours_label: str
+    ours: Stat
+    peer_label: str
+    peer: Stat
+
+    @property
+    def ratio(self) -> float | None:
+        """arrowshuffle / peer, on medians (None when the peer's cost is 0)."""
+        return self.ours.median / self.peer.median if self.peer.median else None
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-serializable form, with the ratio."""
+        return {**asdict(self), "ratio": self.ratio}
+
+
+# ---------------------------------------------------------------------- extraction
+
+
+def format_figures(doc: dict[str, Any]) -> Iterator[Figure]:
+    """bench_format: writes against pyarrow IPC, one-subpartition reads, bytes per byte."""
+    for r in doc["results"]:
+        c = r["compression"]
+        write, read, nbytes = r["write"], r["read"], r["bytes"]
+        rows = f"{r['rows']:,} rows"
+        mine = "ShuffleFileWriter"
+        yield Figure(
+            "format",
+            f"write {rows}, {c}",
+            "s",
+            mine,
+            Stat.of(write["shuffle"]),
+            "pyarrow.ipc write (unsorted)",
+            Stat.of(write["plain"]),
+        )
+        yield Figure(
+            "format",
+            f"write {rows}, {c}",
+            "s",
+            mine,
+            Stat.of(write["shuffle"]),
+            "sort by subpartition + pyarrow.ipc write",
+            Stat.of(write["sort_then_write"]),
+        )
+        subpartition = f"read 1 subpartition ({r['subpartition_rows']:,} rows), {c}"
+        yield Figure(
+            "format",
+            subpartition,
+            "s",
+            "open_file().read(s)",
+            Stat.of(read["shuffle"]),
+            "standalone Arrow file of those rows",
+            Stat.of(read["standalone"]),
+        )
+        yield Figure(
+            "format",
+            subpartition,
+            "s",
+            "open_file().read(s)",
+            Stat.of(read["shuffle"]),
+            "read whole IPC file + filter",
+            Stat.of(read["read_all_and_filter"]),
+        )
+        yield Figure(
+            "format",
+            f"bytes read / bytes needed, {c}",
+            "x",
+            "shuffle file (data + index)",
+            Stat(float(nbytes["shuffle_ratio"])),
+            "read whole IPC file",
+            Stat(float(nbytes["read_all_ratio"])),
+        )
+
+
+#: The partitioners shown per key set (the table would be long with all of them).
+SHOWN_PARTITIONERS = {
+    "int64": ("hash", "key_group", "range", "round_robin"),
+    "string": ("hash",),
+    "int64+string": ("hash",),
+}
+
+
+def partitioner_figures(doc: dict[str, Any]) -> Iterator[Figure]:
+    """bench_partitioners: partitioner time vs polars hashing; the bounded write's memory."""
+    rows = doc["throughput"]
+    polars = {r["key_set"]: r for r in rows if str(r["partitioner"]).startswith("polars")}
+    for r in rows:
+        key_set = r["key_set"]
+        if r.get("skipped") or r["partitioner"] not in SHOWN_PARTITIONERS.get(key_set, ()):
+            continue
+        peer = polars[key_set]
+        yield Figure(
+            "partitioners",
+            f"assign {r['rows']:,} rows, {key_set} key",
+            "s",
+            r["partitioner"],
+            Stat.of(r),
+            peer["partitioner"],
+            Stat.of(peer),
+        )
+    memory = doc.get("memory")
+    if memory:
+        size = f"{memory['input_bytes'] / 2**20:.0f} MiB"
+        yield Figure(
+            "partitioners",
+            f"peak RSS growth while writing {size} ({memory['regions']} regions)",
+            "B",
+            "write() with a memory pool",
+            Stat(float(memory["peak_rss_above_start"])),
+            "the pool's size",
+            Stat(float(memory["pool_bytes"])),
+        )
+        yield Figure(
+            "partitioners",
+            f"peak Arrow allocation while writing {size}",
+            "B",
+            "write() with a memory pool",
+            Stat(float(memory["peak_arrow_allocated"])),
+            "the pool's size",
+            Stat(float(memory["pool_bytes"])),
+        )
+
+
+LOCAL_PEERS = ("polars scan_ipc + filter", "hive parquet (polars)", "hive parquet (pyarrow)")
+
+
+def reads_figures(doc: dict[str, Any]) -> Iterator[Figure]:
+    """bench_reads: one-subpartition reads locally (time) and on S3 (requests, bytes, model)."""
+    local = doc["local"]["methods"]
+    ours = "arrowshuffle (pyarrow)"
+    measure = "read 1 subpartition, local disk"
+    for peer in LOCAL_PEERS:
+        if peer in local:
+            yield Figure(
+                "reads", measure, "s", ours, Stat.of(local[ours]), peer, Stat.of(local[peer])
+            )
+    if "arrowshuffle (polars)" in local:
+        peer = LOCAL_PEERS[0]
+        yield Figure(
+            "reads",
+            measure,
+            "s",
+            "arrowshuffle (polars)",
+            Stat.of(local["arrowshuffle (polars)"]),
+            peer,
+            Stat.of(local[peer]),
+        )
+    s3 = doc.get("s3")
+    if not s3:
+        return
+    methods = s3["methods"]
+    config = doc.get("config", {})
+    model = (
+        f"modeled time per read ({config.get('latency_ms', 20):g} ms/request, "
+        f"{config.get('bandwidth_mbps', 100):g} MB/s)"
+    )
+    uncoalesced = "arrowshuffle (pyarrow, max_gap=0)"
+    if uncoalesced in methods and LOCAL_PEERS[2] in methods:
+        # Small regions let the default gap merge whole regions into one request: the same
+        # read without merging shows the bytes side of that trade.
+        yield Figure(
+            "reads",
+            "bytes transferred per read, S3 (moto)",
+            "B",
+            uncoalesced,
+            Stat(float(methods[uncoalesced]["bytes_per_read"])),
+            LOCAL_PEERS[2],
+            Stat(float(methods[LOCAL_PEERS[2]]["bytes_per_read"])),
+        )
+    for peer in LOCAL_PEERS:
+        if peer not in methods:
+            continue
+        for key, what, unit in (
+            ("requests_per_read", "HTTP requests per read, S3 (moto)", "requests"),
+            ("bytes_per_read", "bytes transferred per read, S3 (moto)", "B"),
+            ("modeled_s", model, "s"),
+        ):
+            yield Figure(
+                "reads",
+                what,
+                unit,
+                ours,
+                Stat(float(methods[ours][key])),
+                peer,
+                Stat(float(methods[peer][key])),
+            )
+
+
+SPARK_PEERS = {
+    "repartition parquet": "df.repartition(n, key).write.parquet",
+    "partitionBy parquet": "df.write.partitionBy(sub).parquet",
+}
+
+
+def spark_figures(doc: dict[str, Any]) -> Iterator[Figure]:
+    """bench_spark: Spark writes and reads of three layouts (medians only)."""
+    results = doc["results"]
+    ours = results["arrowshuffle"]
+    rows = f"{doc['rows']:,} rows, {doc['subpartitions']} subpartitions"
+    for peer, label in SPARK_PEERS.items():
+        if peer not in results:
+            continue
+        theirs = results[peer]
+        for key, what, unit in (
+            ("write_s", f"Spark write, {rows}", "s"),
+            ("read_one_s", "Spark read of 1 subpartition", "s"),
+            ("read_all_s", "Spark read of all subpartitions", "s"),
+            ("files", "files written", "files"),
+        ):
+            yield Figure(
+                "spark",
+                what,
+                unit,
+                "arrowshuffle data source",
+                Stat(float(ours[key])),
+                label,
+                Stat(float(theirs[key])),
+            )
+
+
+EXTRACTORS: dict[str, Callable[[dict[str, Any]], Iterator[Figure]]] = {
+    "format": format_figures,
+    "partitioners": partitioner_figures,
+    "reads": reads_figures,
+    "spark": spark_figures,
+}
+
+
+def figures(name: str, doc: dict[str, Any]) -> list[Figure]:
+    """The key figures of one benchmark's JSON.
+
+    Raises:
+        KeyError: the JSON lacks a field the summary needs (the benchmark changed its output).
+    """
+    return list(EXTRACTORS[name](doc))
+
+
+# ---------------------------------------------------------------------- rendering
+
+
+def _scale(value: float, unit: str) -> tuple[float, str, str]:
+    """The factor, unit name and number format that suit ``value``."""
+    if unit == "s":
+        return (1e3, "ms", ".1f") if abs(value) < 1 else (1.0, "s", ".2f")
+    if unit == "B":
+        for scale, name in ((1e9, "GB"), (1e6, "MB"), (1e3, "KB")):
+            if abs(value) >= scale:
+                return 1 / scale, name, ".2f"
+        return 1.0, "B", ".0f"
+    if unit == "x":
+        return 1.0, "x", ".2f"
+    return 1.0, "", "g" if value == int(value) else ".1f"
+
+
+def format_value(value: float, unit: str) -> str:
+    """A number with a readable unit: ms/s, KB/MB, counts, or a plain ratio (``2.50x``)."""
+    factor, name, spec = _scale(value, unit)
+    number = format(value * factor, spec)
+    return f"{number}{name}" if name == "x" else f"{number} {name}".rstrip()
+
+
+def format_stat(stat: Stat, unit: str) -> str:
+    """``median [min-max] unit``, the range in the median's unit, when the script reports it."""
+    factor, name, spec = _scale(stat.median, unit)
+    if unit == "x" or stat.low is None:
+        return format_value(stat.median, unit)
+    median = format(stat.median * factor, spec)
+    if stat.high is None:
+        return f"{median} [min {format(stat.low * factor, spec)}] {name}".rstrip()
+    low, high = format(stat.low * factor, spec), format(stat.high * factor, spec)
+    return f"{median} [{low}-{high}] {name}".rstrip()
+
+
+def format_ratio(ratio: float | None) -> str:
+    """``0.42x`` or ``n/a``."""
+    return "n/a" if ratio is None else f"{ratio:.2f}x"
+
+
+def table_rows(found: list[Figure]) -> list[list[str]]:
+    """The cells of the figures table, one list per figure."""
+    return [
+        [
+            f.benchmark,
+            f.measure,
+            f.ours_label,
+            format_stat(f.ours, f.unit),
+            f.peer_label,
+            format_stat(f.peer, f.unit),
+            format_ratio(f.ratio),
+        ]
+        for f in found
+    ]
+
+
+HEADER = [
+    "benchmark",
+    "measure",
+    "arrowshuffle",
+    "median [min-max]",
+    "peer",
+    "peer median",
+    "ratio",
+]
+
+
+def text_table(found: list[Figure]) -> str:
+    """A fixed-width table for the terminal."""
+    rows = [HEADER, *table_rows(found)]
+    widths = [max(len(row[i]) for row in rows) for i in range(len(HEADER))]
+    lines = []
+    for n, row in enumerate(rows):
+        cells = [
+            cell.rjust(w) if i == 6 else cell.ljust(w)
+            for i, (cell, w) in enumerate(zip(row, widths, strict=True))
+        ]
+        lines.append("  ".join(cells).rstrip())
+        if n == 0:
+            lines.append("  ".join("-" * w for w in widths))
+    return "\n".join(lines)
+
+
+def markdown_table(header: list[str], rows: list[list[str]]) -> str:
+    """A GitHub Markdown table (pipes in cells escaped)."""
+
+    def line(cells: list[str]) -> str:
+        return "| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |"
+
+    return "\n".join([line(header), "|" + "|".join("---" for _ in header) + "|", *map(line, rows)])

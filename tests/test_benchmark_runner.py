@@ -1,0 +1,162 @@
+"""``python -m benchmarks``: key figures from the scripts' JSON; a failing script is reported."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+runner = pytest.importorskip("benchmarks.__main__")
+report = pytest.importorskip("benchmarks.report")
+
+
+def timing(median: float, low: float, high: float) -> dict[str, float]:
+    return {"median_s": median, "min_s": low, "max_s": high}
+
+
+def test_format_figures_are_ratios_to_the_peers() -> None:
+    doc = {
+        "results": [
+            {
+                "compression": "zstd",
+                "rows": 1000,
+                "subpartition_rows": 10,
+                "write": {
+                    "shuffle": timing(3.0, 2.0, 4.0),
+                    "plain": timing(1.5, 1.0, 2.0),
+                    "sort_then_write": timing(6.0, 5.0, 7.0),
+                },
+                "read": {
+                    "shuffle": timing(0.002, 0.001, 0.003),
+                    "standalone": timing(0.001, 0.001, 0.001),
+                    "read_all_and_filter": timing(0.008, 0.007, 0.009),
+                },
+                "bytes": {"shuffle_ratio": 1.5, "read_all_ratio": 30.0},
+            }
+        ]
+    }
+    found = report.figures("format", doc)
+    ratios = [(f.peer_label, f.ratio) for f in found]
+    assert ratios == [
+        ("pyarrow.ipc write (unsorted)", pytest.approx(2.0)),
+        ("sort by subpartition + pyarrow.ipc write", pytest.approx(0.5)),
+        ("standalone Arrow file of those rows", pytest.approx(2.0)),
+        ("read whole IPC file + filter", pytest.approx(0.25)),
+        ("read whole IPC file", pytest.approx(0.05)),
+    ]
+    assert found[0].ours == report.Stat(3.0, 2.0, 4.0)
+    assert report.format_stat(found[0].ours, "s") == "3.00 [2.00-4.00] s"
+    assert report.format_stat(found[2].ours, "s") == "2.0 [1.0-3.0] ms"
+
+
+def test_spark_figures_have_medians_only() -> None:
+    layout = {"write_s": 2.0, "read_one_s": 1.0, "read_all_s": 4.0, "files": 4, "bytes": 10}
+    doc = {
+        "rows": 100,
+        "subpartitions": 8,
+        "results": {
+            "arrowshuffle": layout,
+            "repartition parquet": {**layout, "write_s": 8.0, "files": 8},
+            "partitionBy parquet": {**layout, "read_all_s": 2.0, "files": 32},
+        },
+    }
+    found = {(f.measure.split(",")[0], f.peer_label): f for f in report.figures("spark", doc)}
+    assert len(found) == 8
+    write = found[("Spark write", "df.repartition(n, key).write.parquet")]
+    assert write.ratio == pytest.approx(0.25) and write.ours.low is None
+    assert found[("files written", "df.write.partitionBy(sub).parquet")].ratio == 0.125
+    assert (
+        found[("Spark read of all subpartitions", "df.write.partitionBy(sub).parquet")].ratio == 2
+    )
+
+
+def test_missing_fields_are_reported_not_raised_as_crashes() -> None:
+    with pytest.raises(KeyError):
+        report.figures("reads", {"local": {}})
+
+
+@pytest.fixture
+def fake_scripts(monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
+    """Replace the benchmark commands with tiny scripts: one fails, one succeeds."""
+    scripts: dict[str, str] = {}
+
+    def command(name: str, size: str, repeats: int, out: Path) -> list[str]:
+        return [sys.executable, "-c", scripts[name], str(out)]
+
+    monkeypatch.setattr(runner, "command", command)
+    return scripts
+
+
+def format_doc() -> dict[str, Any]:
+    t = timing(1.0, 1.0, 1.0)
+    return {
+        "results": [
+            {
+                "compression": "none",
+                "rows": 1,
+                "subpartition_rows": 1,
+                "write": {"shuffle": t, "plain": t, "sort_then_write": t},
+                "read": {"shuffle": t, "standalone": t, "read_all_and_filter": t},
+                "bytes": {"shuffle_ratio": 1.0, "read_all_ratio": 2.0},
+            }
+        ]
+    }
+
+
+def test_a_failing_benchmark_is_reported_and_the_others_still_run(
+    fake_scripts: dict[str, str], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    fake_scripts["partitioners"] = "import sys; print('partitioner trouble'); sys.exit(3)"
+    fake_scripts["format"] = (
+        "import json, pathlib, sys; "
+        f"pathlib.Path(sys.argv[1]).write_text(json.dumps({format_doc()!r}))"
+    )
+    markdown = tmp_path / "BENCH.md"
+    status = runner.main(
+        [
+            "--only",
+            "partitioners,format",
+            "--out-dir",
+            str(tmp_path / "out"),
+            "--markdown",
+            str(markdown),
+        ]
+    )
+    assert status == 1
+    summary = json.loads((tmp_path / "out" / "summary.json").read_text())
+    assert list(summary["benchmarks"]) == ["format", "partitioners"]  # canonical order
+    failed = summary["benchmarks"]["partitioners"]
+    assert failed["status"] == "failed" and failed["exit_code"] == 3
+    assert "partitioner trouble" in failed["error"]
+    ok = summary["benchmarks"]["format"]
+    assert ok["status"] == "ok" and len(ok["figures"]) == 5
+    assert ok["figures"][4]["ratio"] == pytest.approx(0.5)
+    text = markdown.read_text()
+    assert "read whole IPC file" in text and "`partitioners`: failed" in text
+    assert "python -m benchmarks --only partitioners,format" in text
+    assert "FAILED" in capsys.readouterr().out
+
+
+def test_stale_results_are_not_reported(fake_scripts: dict[str, str], tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "format.json").write_text(json.dumps(format_doc()))  # from an earlier run
+    fake_scripts["format"] = "pass"  # succeeds without writing results
+    assert runner.main(["--only", "format", "--out-dir", str(out), "--no-markdown"]) == 1
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["benchmarks"]["format"]["status"] == "failed"
+    assert "no readable results" in summary["benchmarks"]["format"]["error"]
+
+
+def test_unknown_benchmark_name_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as stopped:
+        runner.main(["--only", "format,nope"])
+    assert stopped.value.code == 2
+    assert "--only" in capsys.readouterr().err
