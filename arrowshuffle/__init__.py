@@ -23,6 +23,7 @@ from arrowshuffle.readers.dataset import ShuffleDataset, open_dataset
 from arrowshuffle.readers.file_reader import ShuffleFile, open_file
 from arrowshuffle.readers.layout import file_layout
 from arrowshuffle.readers.validate import ValidationReport, validate_file
+from arrowshuffle.readers.validate_dataset import DatasetReport, validate_dataset
 from arrowshuffle.writers.api import write, write_dataset
 from arrowshuffle.writers.file_writer import ShuffleFileWriter, WrittenFile
 from arrowshuffle.writers.memory_pool import MemoryPool, set_default_memory_pool
@@ -40,6 +41,7 @@ __all__ = [
     "ChecksumMismatchError",
     "ConsumerAssignment",
     "CorruptFileError",
+    "DatasetReport",
     "FormatError",
     "InvalidOptionError",
     "MemoryPool",
@@ -60,6 +62,7 @@ __all__ = [
     "open_file",
     "partitioner_from_spec",
     "set_default_memory_pool",
+    "validate_dataset",
     "validate_file",
     "write",
     "write_dataset",
