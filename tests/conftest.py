@@ -18,6 +18,7 @@ def spark() -> Iterator[Any]:
         pytest.fail("Spark tests need Java 17: install a JDK (apt-get install openjdk-17-jre)")
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")  # the test session listens on loopback
     from pyspark.sql import SparkSession
 
     session = (
@@ -25,6 +26,8 @@ def spark() -> Iterator[Any]:
         .appName("arrowshuffle-tests")
         .config("spark.sql.shuffle.partitions", "4")
         .config("spark.ui.enabled", "false")
+        .config("spark.driver.bindAddress", "127.0.0.1")
+        .config("spark.driver.host", "127.0.0.1")
         .config("spark.sql.session.timeZone", "UTC")
         .config("spark.driver.memory", "2g")
         .config("spark.sql.execution.arrow.pyspark.enabled", "true")

@@ -63,6 +63,9 @@ def local_session(
     check_spark_available()
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    local = master.startswith("local")
+    if local:  # a session on this machine listens on loopback only
+        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     from pyspark.sql import SparkSession
 
     from arrowshuffle.spark import register
@@ -73,6 +76,11 @@ def local_session(
         "spark.sql.session.timeZone": "UTC",
         "spark.sql.shuffle.partitions": "8",
         "spark.sql.execution.arrow.pyspark.enabled": "true",
+        **(
+            {"spark.driver.bindAddress": "127.0.0.1", "spark.driver.host": "127.0.0.1"}
+            if local
+            else {}
+        ),
         **dict(config or {}),
     }
     builder = SparkSession.builder.master(master).appName(app_name)
