@@ -238,7 +238,9 @@ def _report_line(path: str, report: ValidationReport | DatasetReport) -> str:
         unlisted = len(report.summary.get("unlisted", []))
         note = f"; {unlisted} unlisted files ignored" if unlisted else ""
         if report.ok:
-            return f"OK {path} (dataset: {files} files, {report.summary.get('rows', 0)} rows{note})"
+            noun = "file" if files == 1 else "files"
+            rows = report.summary.get("rows", 0)
+            return f"OK {path} (dataset: {files} {noun}, {rows} rows{note})"
     else:
         found = [(None, v) for v in report.violations]
         if report.ok:
@@ -442,6 +444,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     commands = {"validate": _validate, "inspect": _inspect, "read": _read}
     try:
         return commands[args.command](args, storage, sys.stdout)
+    except BrokenPipeError:
+        # The reader of our output went away (`| head`): stop quietly, as Unix tools do.
+        with contextlib.suppress(OSError):
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return EXIT_ERROR
     except FormatError as exc:
         _error(f"INVALID {getattr(args, 'path', '-')}: {_one_line(exc)}")
         return EXIT_INVALID

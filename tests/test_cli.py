@@ -681,3 +681,21 @@ def test_dataset_on_object_storage(s3_endpoint: Any, s3_bucket: str, tmp_path: P
         u.rsplit("/", 1)[1] for u in written.data_urls
     ]
     assert_png(out)
+
+
+def test_output_closed_early_by_the_reader_is_not_an_error(tmp_path: Path) -> None:
+    """`arrowshuffle inspect big | head` must not print a traceback or an error line."""
+    path = tmp_path / "wide.arrow"
+    table = pa.table({"k": np.arange(20_000, dtype=np.int64)})
+    arrowshuffle.write(table, path, num_subpartitions=5_000, partitioner="round_robin")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "arrowshuffle.cli", "inspect", str(path)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    assert proc.stdout is not None and proc.stderr is not None
+    assert proc.stdout.read(64)  # the table is far larger than a pipe buffer
+    proc.stdout.close()
+    stderr = proc.stderr.read().decode()
+    proc.wait(timeout=60)
+    assert "Traceback" not in stderr and "error" not in stderr.lower(), stderr
