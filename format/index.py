@@ -43,6 +43,8 @@ KNOWN_REQUIRED_FLAGS = 0
 #: Optional flags, bits 0-1: the body compression the writer asked for (informational).
 COMPRESSION_BITS = {"none": 0, "lz4": 1, "zstd": 2}
 COMPRESSION_MASK = 0b11
+#: Footer metadata key of the data file that carries the index's file id (rule V14).
+FILE_ID_KEY = b"arrowshuffle.file_id"
 #: Region flag bit 0: a broadcast region, one chunk that every subpartition's entry points at.
 REGION_BROADCAST = 1
 

@@ -14,6 +14,7 @@ from arrowshuffle._storage import INDEX_SUFFIX, Location, resolve
 from arrowshuffle.format.errors import CorruptFileError, InvalidOptionError
 from arrowshuffle.format.index import (
     ENTRY_DTYPE,
+    FILE_ID_KEY,
     HEADER_SIZE,
     IndexHeader,
     IndexLayout,
@@ -351,14 +352,42 @@ class ShuffleFile:
         """The data file's byte source (a memory map locally, ranged requests otherwise)."""
         if self._data_source is None:
             source = open_source(self.location, self._data_size)
-            if isinstance(source, MappedSource) and source.size != self.header.data_length:
-                raise CorruptFileError(
-                    f"{self.url}: the index declares a data file of {self.header.data_length} "
-                    f"bytes, found {source.size}",
-                    rule="V13",
-                )
+            if isinstance(source, MappedSource):
+                self._check_local_pair(source)
             self._data_source = source
         return self._data_source
+
+    def _check_local_pair(self, source: MappedSource) -> None:
+        """Rules V13-V15 for a memory-mapped data file, where its footer costs no request.
+
+        A data file beside the wrong index would otherwise be decoded with the wrong entries.
+        """
+        if source.size != self.header.data_length:
+            raise CorruptFileError(
+                f"{self.url}: the index declares a data file of {self.header.data_length} "
+                f"bytes, found {source.size}",
+                rule="V13",
+            )
+        (whole,) = source.read_ranges([(0, source.size)])
+        try:
+            footer = pa.ipc.open_file(pa.BufferReader(whole))
+        except (pa.ArrowInvalid, pa.ArrowIOError, pa.ArrowNotImplementedError) as exc:
+            raise CorruptFileError(
+                f"{self.url}: not an Arrow IPC file ({exc})", rule="V13"
+            ) from exc
+        found_id = (footer.metadata or {}).get(FILE_ID_KEY, b"")
+        if found_id != self.header.file_id.hex().encode():
+            raise CorruptFileError(
+                f"{self.url}: the data file does not belong to its index: expected file id "
+                f"{self.header.file_id.hex()}, found {found_id.decode(errors='replace') or 'none'}",
+                rule="V14",
+            )
+        if not footer.schema.equals(self.schema, check_metadata=False):
+            raise CorruptFileError(
+                f"{self.url}: the data file's schema differs from its index's: expected "
+                f"{self.schema}, found {footer.schema}",
+                rule="V15",
+            )
 
     def read_tasks(
         self,

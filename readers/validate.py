@@ -22,10 +22,15 @@ import pyarrow as pa
 from arrowshuffle._storage import INDEX_SUFFIX, resolve
 from arrowshuffle.format.crc import crc32c
 from arrowshuffle.format.errors import ArrowShuffleError, FormatError
-from arrowshuffle.format.index import HEADER_SIZE, ShuffleIndex, decode_header, decode_index
+from arrowshuffle.format.index import (
+    FILE_ID_KEY,
+    HEADER_SIZE,
+    ShuffleIndex,
+    decode_header,
+    decode_index,
+)
 from arrowshuffle.format.rules import Violation, check_index
 from arrowshuffle.readers.source import ByteSource, MappedSource, open_source
-from arrowshuffle.writers.file_writer import FILE_ID_KEY
 
 #: A remote index is fetched as this prefix first, so that a foreign or hostile object is
 #: refused from its header before the rest of it is downloaded.

@@ -368,10 +368,16 @@ def test_undecodable_chunk_without_verify_is_a_format_error(
 
 @pytest.mark.parametrize(
     ("vector", "rule"),
-    [("chunk_past_end", "V8"), ("overlapping_chunks", "V9"), ("broadcast_mismatch", "V10")],
+    [
+        ("chunk_past_end", "V8"),
+        ("overlapping_chunks", "V9"),
+        ("broadcast_mismatch", "V10"),
+        ("pair_mismatch", "V14"),
+        ("schema_mismatch", "V15"),
+    ],
 )
 def test_reader_refuses_layouts_its_checksums_cannot_vouch_for(vector: str, rule: str) -> None:
-    """Entries with valid checksums but an impossible layout are a format error, not an IO one."""
+    """A layout or pairing that checksums cannot vouch for is a format error, not an IO one."""
     path = Path(__file__).parent / "vectors" / "v1" / f"{vector}.arrow"
     shuffle = ash.open_file(path)
     with pytest.raises(ash.CorruptFileError) as info:

@@ -26,6 +26,7 @@ from arrowshuffle.format.errors import InvalidOptionError, SchemaMismatchError
 from arrowshuffle.format.index import (
     COMPRESSION_BITS,
     ENTRY_DTYPE,
+    FILE_ID_KEY,
     REGION_BROADCAST,
     REGION_DTYPE,
     encode_index,
@@ -41,8 +42,6 @@ from arrowshuffle.writers.memory_pool import (
 from arrowshuffle.writers.sink import ChecksummingSink
 from arrowshuffle.writers.sort_buffer import SortBuffer, rebatch
 
-#: Footer metadata key of the data file that carries the index's file id (rule V14).
-FILE_ID_KEY = b"arrowshuffle.file_id"
 DEFAULT_MAX_BATCH_ROWS = 64 * 1024
 MIN_INPUT_SLICE_ROWS = 16 * 1024
 
