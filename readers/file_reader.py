@@ -14,7 +14,6 @@ from arrowshuffle._storage import INDEX_SUFFIX, Location, resolve
 from arrowshuffle.format.errors import CorruptFileError, InvalidOptionError
 from arrowshuffle.format.index import (
     ENTRY_DTYPE,
-    FILE_ID_KEY,
     HEADER_SIZE,
     IndexHeader,
     IndexLayout,
@@ -25,6 +24,7 @@ from arrowshuffle.format.index import (
     decode_meta,
 )
 from arrowshuffle.readers.assign import select_reads
+from arrowshuffle.readers.data_file import check_data_file
 from arrowshuffle.readers.decode import decode_block
 from arrowshuffle.readers.plan import (
     DEFAULT_MAX_BLOCK,
@@ -362,32 +362,10 @@ class ShuffleFile:
 
         A data file beside the wrong index would otherwise be decoded with the wrong entries.
         """
-        if source.size != self.header.data_length:
-            raise CorruptFileError(
-                f"{self.url}: the index declares a data file of {self.header.data_length} "
-                f"bytes, found {source.size}",
-                rule="V13",
-            )
-        (whole,) = source.read_ranges([(0, source.size)])
-        try:
-            footer = pa.ipc.open_file(pa.BufferReader(whole))
-        except (pa.ArrowInvalid, pa.ArrowIOError, pa.ArrowNotImplementedError) as exc:
-            raise CorruptFileError(
-                f"{self.url}: not an Arrow IPC file ({exc})", rule="V13"
-            ) from exc
-        found_id = (footer.metadata or {}).get(FILE_ID_KEY, b"")
-        if found_id != self.header.file_id.hex().encode():
-            raise CorruptFileError(
-                f"{self.url}: the data file does not belong to its index: expected file id "
-                f"{self.header.file_id.hex()}, found {found_id.decode(errors='replace') or 'none'}",
-                rule="V14",
-            )
-        if not footer.schema.equals(self.schema, check_metadata=False):
-            raise CorruptFileError(
-                f"{self.url}: the data file's schema differs from its index's: expected "
-                f"{self.schema}, found {footer.schema}",
-                rule="V15",
-            )
+        _, violations = check_data_file(self.header, self.schema, source)
+        if violations:
+            first = violations[0]
+            raise CorruptFileError(f"{self.url}: {first.message}", rule=first.rule)
 
     def read_tasks(
         self,

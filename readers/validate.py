@@ -10,7 +10,6 @@ Missing or unreadable objects are storage problems, not invalid data: they raise
 
 from __future__ import annotations
 
-import io
 import os
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -23,13 +22,13 @@ from arrowshuffle._storage import INDEX_SUFFIX, resolve
 from arrowshuffle.format.crc import crc32c
 from arrowshuffle.format.errors import ArrowShuffleError, FormatError
 from arrowshuffle.format.index import (
-    FILE_ID_KEY,
     HEADER_SIZE,
     ShuffleIndex,
     decode_header,
     decode_index,
 )
 from arrowshuffle.format.rules import Violation, check_index
+from arrowshuffle.readers.data_file import check_data_file
 from arrowshuffle.readers.source import ByteSource, MappedSource, open_source
 
 #: A remote index is fetched as this prefix first, so that a foreign or hostile object is
@@ -37,8 +36,6 @@ from arrowshuffle.readers.source import ByteSource, MappedSource, open_source
 INDEX_PREFIX_BYTES = 64 * 1024
 #: The most chunk bytes a deep check holds at once (a larger chunk is read on its own).
 DEEP_WAVE_BYTES = 64 * 1024 * 1024
-#: Magic bytes at both ends of an Arrow IPC file.
-ARROW_MAGIC = b"ARROW1"
 #: Rules after which byte ranges of the data file cannot be trusted for a deep check.
 _LAYOUT_RULES = frozenset({"V8", "V9", "V10", "V11", "V13"})
 
@@ -119,7 +116,7 @@ def validate_file(
         format_version=f"{index.header.version[0]}.{index.header.version[1]}",
     )
     violations = check_index(index)
-    footer, data_violations = _check_data_file(index, data)
+    footer, data_violations = check_data_file(index.header, index.schema, data)
     violations.extend(data_violations)
     if deep:
         broken = {v.rule for v in violations} & _LAYOUT_RULES
@@ -150,112 +147,6 @@ def _read_index(source: ByteSource) -> ShuffleIndex:
 
 
 # ---------------------------------------------------------------------- the data file
-
-
-def _check_data_file(
-    index: ShuffleIndex, data: ByteSource
-) -> tuple[pa.ipc.RecordBatchFileReader | None, list[Violation]]:
-    """Rules V13-V15: the data file's length, magic, footer, file id and schema."""
-    found: list[Violation] = []
-    size = data.size
-    declared = index.header.data_length
-    if size != declared:
-        found.append(
-            Violation(
-                "V13",
-                f"the index declares a data file of {declared} bytes, found {size} bytes",
-            )
-        )
-    if size < 2 * len(ARROW_MAGIC):
-        found.append(Violation("V13", f"the data file is {size} bytes, too short for Arrow IPC"))
-        return None, found
-    head, tail = data.read_ranges([(0, len(ARROW_MAGIC)), (size - len(ARROW_MAGIC), size)])
-    if head.to_pybytes() != ARROW_MAGIC or tail.to_pybytes() != ARROW_MAGIC:
-        found.append(
-            Violation(
-                "V13",
-                f"the data file is not an Arrow IPC file: expected {ARROW_MAGIC!r} at both ends, "
-                f"found {head.to_pybytes()!r} and {tail.to_pybytes()!r}",
-            )
-        )
-        return None, found
-    try:
-        footer = pa.ipc.open_file(_random_access(data))
-    except (pa.ArrowException, OSError) as exc:
-        found.append(Violation("V13", f"the data file's Arrow footer does not decode: {exc}"))
-        return None, found
-    expected_id = index.header.file_id.hex().encode()
-    found_id = (footer.metadata or {}).get(FILE_ID_KEY)
-    if found_id != expected_id:
-        what = "no file id" if found_id is None else f"file id {found_id.decode(errors='replace')}"
-        found.append(
-            Violation(
-                "V14",
-                f"the index has file id {expected_id.decode()}, the data file's footer has {what}: "
-                "the two files do not belong together",
-            )
-        )
-    if not footer.schema.equals(index.schema, check_metadata=True):
-        found.append(
-            Violation("V15", _schema_difference(expected=index.schema, found=footer.schema))
-        )
-    return footer, found
-
-
-def _schema_difference(*, expected: pa.Schema, found: pa.Schema) -> str:
-    """Name the first difference between the index's and the data file's schemas."""
-    prefix = "the data file's schema differs from the index's: "
-    if len(expected) != len(found):
-        return prefix + f"expected {len(expected)} fields {expected.names}, found {found.names}"
-    for i, (want, got) in enumerate(zip(expected, found, strict=True)):
-        if not want.equals(got, check_metadata=True):
-            return prefix + f"field {i}: expected {want}, found {got}"
-    return prefix + f"expected metadata {expected.metadata!r}, found {found.metadata!r}"
-
-
-class _RangeFile(io.RawIOBase):
-    """A read-only, seekable file over a byte source, so pyarrow reads only what it needs."""
-
-    def __init__(self, source: ByteSource) -> None:
-        super().__init__()
-        self._source = source
-        self._position = 0
-
-    def readable(self) -> bool:
-        return True
-
-    def seekable(self) -> bool:
-        return True
-
-    def tell(self) -> int:
-        return self._position
-
-    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
-        base = {io.SEEK_SET: 0, io.SEEK_CUR: self._position, io.SEEK_END: self._source.size}
-        self._position = max(0, base[whence] + offset)
-        return self._position
-
-    def read(self, size: int | None = -1) -> bytes:
-        end = self._source.size if size is None or size < 0 else self._position + size
-        end = min(end, self._source.size)
-        if end <= self._position:
-            return b""
-        (chunk,) = self._source.read_ranges([(self._position, end)])
-        self._position = end
-        return bytes(chunk.to_pybytes())
-
-    def readinto(self, buffer: Any) -> int:
-        chunk = self.read(len(memoryview(buffer)))
-        memoryview(buffer).cast("B")[: len(chunk)] = chunk
-        return len(chunk)
-
-
-def _random_access(data: ByteSource) -> pa.NativeFile:
-    """A pyarrow file over the data: zero-copy for a memory map, ranged reads otherwise."""
-    if isinstance(data, MappedSource):
-        (whole,) = data.read_ranges([(0, data.size)])
-        return pa.BufferReader(whole)
-    return pa.PythonFile(_RangeFile(data), mode="r")
 
 
 # ---------------------------------------------------------------------- deep checks
