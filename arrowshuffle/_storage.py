@@ -12,12 +12,17 @@ import posixpath
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import IO, Any
+from typing import IO, Any, Literal
 
 import fsspec
 from fsspec.implementations.local import LocalFileSystem
 
-from arrowshuffle.format.errors import InvalidOptionError, MissingObjectError, ShuffleIOError
+from arrowshuffle.format.errors import (
+    ArrowShuffleError,
+    InvalidOptionError,
+    MissingObjectError,
+    ShuffleIOError,
+)
 
 #: The suffix of the index sidecar: ``part-0.arrow`` has its index in ``part-0.arrow.idx``.
 INDEX_SUFFIX = ".idx"
@@ -76,21 +81,192 @@ def resolve(
     return Location(fs, fs_path, url)
 
 
+#: How a storage error is handled: ``"missing"`` and ``"denied"`` are raised at once as what
+#: they are, ``"transient"`` is worth another attempt, ``"permanent"`` is raised at once.
+ErrorKind = Literal["missing", "denied", "transient", "permanent"]
+
+#: Errnos of requests that are wrong in themselves: retrying gives the same answer.
+_PERMANENT_ERRNOS = frozenset(
+    {
+        errno.EINVAL,
+        errno.EISDIR,
+        errno.ENOTDIR,
+        errno.ENOSYS,
+        errno.ENAMETOOLONG,
+        errno.EMSGSIZE,
+        errno.EEXIST,
+        errno.ENOTEMPTY,
+        getattr(errno, "EREMCHG", errno.EINVAL),  # s3fs: a redirect to another region
+    }
+)
+_DENIED_ERRNOS = frozenset({errno.EACCES, errno.EPERM})
+#: Service error codes that mean "later": throttling, timeouts, a busy or failing server.
+_TRANSIENT_CODES = frozenset(
+    {
+        "SlowDown",
+        "Throttling",
+        "ThrottlingException",
+        "ThrottledException",
+        "RequestThrottled",
+        "RequestLimitExceeded",
+        "TooManyRequests",
+        "TooManyRequestsException",
+        "ProvisionedThroughputExceededException",
+        "RequestTimeout",
+        "RequestTimeoutException",
+        "ServiceUnavailable",
+        "InternalError",
+        "InternalServerError",
+        "503",
+        "500",
+    }
+)
+_MISSING_CODES = frozenset({"NoSuchKey", "NoSuchBucket", "NoSuchVersion", "NotFound", "404"})
+_DENIED_CODES = frozenset(
+    {"AccessDenied", "InvalidAccessKeyId", "SignatureDoesNotMatch", "ExpiredToken", "403"}
+)
+#: Exception classes (matched by name anywhere in the class hierarchy, so that the optional
+#: libraries that define them need not be imported) raised when a transfer fails on the way:
+#: botocore's checksum, timeout, connection and streaming errors, aiohttp's payload and
+#: disconnect errors, http.client's short reads, fsspec's sync timeout.
+_TRANSIENT_CLASSES = frozenset(
+    {
+        "FlexibleChecksumError",
+        "ChecksumError",
+        "HTTPClientError",
+        "ReadTimeoutError",
+        "ConnectTimeoutError",
+        "EndpointConnectionError",
+        "ConnectionClosedError",
+        "IncompleteReadError",
+        "ResponseStreamingError",
+        "ResponseParserError",
+        "ClientPayloadError",
+        "ClientConnectionError",
+        "ServerDisconnectedError",
+        "ServerTimeoutError",
+        "IncompleteRead",
+        "RemoteDisconnected",
+        "ChunkedEncodingError",
+        "ProtocolError",
+        "FSTimeoutError",
+        "TimeoutError",
+        "ConnectionError",
+    }
+)
+_DENIED_CLASSES = frozenset(
+    {"NoCredentialsError", "PartialCredentialsError", "CredentialRetrievalError"}
+)
+
+
+def _response_status(exc: BaseException) -> tuple[int | None, str | None]:
+    """The HTTP status and service error code of a botocore-style ``ClientError``, if any.
+
+    s3fs raises an ``OSError`` caused by the ``ClientError``, so an ``OSError``'s cause is
+    looked at too.
+    """
+    candidates = [exc]
+    if isinstance(exc, OSError) and exc.__cause__ is not None:
+        candidates.append(exc.__cause__)
+    for candidate in candidates:
+        response = getattr(candidate, "response", None)
+        if isinstance(response, dict):
+            error = response.get("Error") or {}
+            meta = response.get("ResponseMetadata") or {}
+            status = meta.get("HTTPStatusCode")
+            code = error.get("Code")
+            return (
+                status if isinstance(status, int) else None,
+                str(code) if code is not None else None,
+            )
+    return None, None
+
+
+def _http_status(exc: BaseException) -> int | None:
+    """The HTTP status of an error response (aiohttp's ``status``, gcsfs's ``code``)."""
+    for name in ("status", "code"):
+        value = getattr(exc, name, None)
+        if isinstance(value, int) and not isinstance(value, bool) and 100 <= value < 600:
+            return value
+    return None
+
+
+def _kind_of_status(status: int | None, code: str | None) -> ErrorKind | None:
+    if code in _MISSING_CODES or status == 404:
+        return "missing"
+    if code in _DENIED_CODES or status in (401, 403):
+        return "denied"
+    if code in _TRANSIENT_CODES or status in (408, 429) or (status is not None and status >= 500):
+        return "transient"
+    if status is not None and 400 <= status < 500:
+        return "permanent"
+    return None
+
+
+def classify_error(exc: BaseException) -> ErrorKind:
+    """How a storage call's exception is handled: missing, denied, transient or permanent.
+
+    Transient: a transfer that failed on the way (checksum of the transfer, truncated body,
+    reset, timeout), a 5xx answer, throttling. Permanent: a request that is wrong in itself
+    (a bad range, a bad argument). Libraries are recognized by class name, so that botocore
+    and aiohttp stay optional.
+    """
+    if isinstance(exc, FileNotFoundError):
+        return "missing"
+    if isinstance(exc, PermissionError):
+        return "denied"
+    kind = _kind_of_status(*_response_status(exc))
+    if kind is not None:
+        return kind
+    names = {cls.__name__ for cls in type(exc).__mro__}
+    if names & _DENIED_CLASSES:
+        return "denied"
+    if isinstance(exc, (IsADirectoryError, NotADirectoryError)):
+        return "permanent"
+    if names & _TRANSIENT_CLASSES:
+        return "transient"
+    kind = _kind_of_status(_http_status(exc), None)
+    if kind is not None:
+        return kind
+    if isinstance(exc, OSError):
+        if exc.errno == errno.ENOENT:
+            return "missing"
+        if exc.errno in _DENIED_ERRNOS:
+            return "denied"
+        return "permanent" if exc.errno in _PERMANENT_ERRNOS else "transient"
+    return "permanent"
+
+
+def storage_error(exc: BaseException, url: str, action: str) -> ShuffleIOError:
+    """The :class:`ShuffleIOError` (or :class:`MissingObjectError`) that stands for ``exc``.
+
+    The message names the action and the URL; ``exc`` should be set as its cause.
+    """
+    if isinstance(exc, ShuffleIOError):
+        return exc
+    kind = classify_error(exc)
+    if kind == "missing":
+        return MissingObjectError(errno.ENOENT, f"{action}: {url} does not exist")
+    if kind == "denied":
+        return ShuffleIOError(errno.EACCES, f"{action}: permission denied for {url}")
+    code = exc.errno if isinstance(exc, OSError) and isinstance(exc.errno, int) else None
+    detail = str(exc) if isinstance(exc, OSError) else f"{type(exc).__name__}: {exc}"
+    return ShuffleIOError(code or errno.EIO, f"{action} {url}: {detail}")
+
+
 @contextlib.contextmanager
 def storage_errors(url: str, action: str) -> Iterator[None]:
-    """Re-raise storage errors as :class:`ShuffleIOError` naming the URL and the action."""
+    """Re-raise any storage error as :class:`ShuffleIOError` naming the URL and the action.
+
+    Everything a storage library raises is mapped, botocore's and aiohttp's exceptions too
+    (they are not ``OSError``); only this package's own errors and ``MemoryError`` pass.
+    """
     try:
         yield
-    except MissingObjectError:
+    except (ArrowShuffleError, MemoryError):
         raise
-    except FileNotFoundError as exc:
-        raise MissingObjectError(errno.ENOENT, f"{action}: {url} does not exist") from exc
-    except PermissionError as exc:
-        raise ShuffleIOError(errno.EACCES, f"{action}: permission denied for {url}") from exc
-    except ShuffleIOError:
-        raise
-    except OSError as exc:
-        raise ShuffleIOError(exc.errno or errno.EIO, f"{action} {url}: {exc}") from exc
+    except Exception as exc:
+        raise storage_error(exc, url, action) from exc
 
 
 def object_size(location: Location) -> int:
@@ -127,12 +303,23 @@ class AtomicOutput:
                 self.file = location.fs.open(location.path, "wb", block_size=block_size)
         self._done = False
 
+    def finish(self) -> None:
+        """Write out everything locally, under the temporary name, without publishing it.
+
+        Two outputs that must appear together (a data file and its index) are both finished
+        before either is committed, so that only two renames lie between them. On object stores
+        finishing is committing (closing completes the upload), so this does nothing there.
+        """
+        if self._temp_path is not None and not self._done:
+            with storage_errors(self.location.url, "writing"):
+                self.file.close()
+
     def commit(self) -> None:
         """Close the file and publish it under its final name."""
         if self._done:
             return
         with storage_errors(self.location.url, "writing"):
-            self.file.close()
+            self.file.close()  # a no-op after finish()
             if self._temp_path is not None:
                 os.replace(self._temp_path, self.location.path)
         self._done = True
@@ -150,6 +337,8 @@ class AtomicOutput:
             discard: Callable[[], None] | None = getattr(self.file, "discard", None)
             if discard is not None:
                 discard()
+                # The discarded file must not try to finish its upload when it is collected.
+                self.file.closed = True  # type: ignore[misc]
             else:
                 self.file.close()
                 self.location.fs.rm(self.location.path)

@@ -27,6 +27,7 @@ import pyarrow as pa
 from arrowshuffle.format.errors import InvalidOptionError
 from arrowshuffle.readers.dataset import ShuffleDataset, open_dataset, open_shuffle
 from arrowshuffle.readers.file_reader import ShuffleFile, open_file
+from arrowshuffle.readers.integrity import Verify, resolve_verify
 from arrowshuffle.readers.plan import Subpartitions
 
 if TYPE_CHECKING:
@@ -57,7 +58,7 @@ def scan(
     num_consumers: int | None = None,
     pattern: str = "all_to_all",
     *,
-    verify: bool = False,
+    verify: Verify = "auto",
 ) -> pl.LazyFrame:
     """Lazily read a shuffle dataset or file as a polars LazyFrame.
 
@@ -68,7 +69,8 @@ def scan(
         consumer: read what this consumer is assigned instead of ``subpartitions``.
         num_consumers: how many consumers share the data.
         pattern: ``"all_to_all"`` or ``"pointwise"``; see :func:`arrowshuffle.assign`.
-        verify: check every chunk's CRC32C before decoding it.
+        verify: check every chunk's CRC32C before decoding it: ``"auto"`` (the default) for
+            object stores and not for local files, ``True`` always, ``False`` never.
 
     Returns:
         A LazyFrame; nothing is read from the data files until it is collected.
@@ -90,7 +92,7 @@ def scan_file(
     num_consumers: int | None = None,
     pattern: str = "all_to_all",
     *,
-    verify: bool = False,
+    verify: Verify = "auto",
 ) -> pl.LazyFrame:
     """Like :func:`scan`, for one data file (its index beside it)."""
     _polars()
@@ -106,7 +108,7 @@ def scan_dataset(
     num_consumers: int | None = None,
     pattern: str = "all_to_all",
     *,
-    verify: bool = False,
+    verify: Verify = "auto",
 ) -> pl.LazyFrame:
     """Like :func:`scan`, for a dataset directory (through its manifest)."""
     _polars()
@@ -122,7 +124,7 @@ def read(
     num_consumers: int | None = None,
     pattern: str = "all_to_all",
     *,
-    verify: bool = False,
+    verify: Verify = "auto",
 ) -> pl.DataFrame:
     """Read a shuffle dataset or file into a polars DataFrame; see :func:`scan`."""
     frame: pl.DataFrame = scan(
@@ -143,7 +145,7 @@ def _scan(
     consumer: int | None,
     num_consumers: int | None,
     pattern: str,
-    verify: bool,
+    verify: Verify,
 ) -> pl.LazyFrame:
     polars = _polars()
     from polars.io.plugins import register_io_source
@@ -154,6 +156,7 @@ def _scan(
         "pattern": pattern,
     }
     # Check the selection now, so that a bad one fails at scan() rather than at collect().
+    resolve_verify(verify, remote=False)
     if isinstance(reader, ShuffleDataset):
         reader.reads(subpartitions, **selection)
     else:

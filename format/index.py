@@ -166,6 +166,8 @@ class ShuffleIndex:
     header: IndexHeader
     meta: IndexMeta
     entries: np.ndarray = field(repr=False)
+    #: The trailer's reserved word (written 0; rule V20).
+    trailer_reserved: int = 0
 
     @property
     def schema(self) -> pa.Schema:
@@ -534,7 +536,7 @@ def decode_index(data: bytes | memoryview) -> ShuffleIndex:
         0,
         header.num_subpartitions,
     )
-    index_crc, _reserved, magic = _TRAILER.unpack(view[trailer_at : trailer_at + TRAILER_SIZE])
+    index_crc, reserved, magic = _TRAILER.unpack(view[trailer_at : trailer_at + TRAILER_SIZE])
     if magic != TRAILER_MAGIC:
         raise CorruptFileError(
             f"index trailer magic: expected {TRAILER_MAGIC!r}, found {magic!r}", rule="V1"
@@ -545,7 +547,7 @@ def decode_index(data: bytes | memoryview) -> ShuffleIndex:
             f"index checksum mismatch: stored {index_crc:#010x}, computed {actual:#010x}",
             rule="V6",
         )
-    return ShuffleIndex(header=header, meta=meta, entries=entries)
+    return ShuffleIndex(header=header, meta=meta, entries=entries, trailer_reserved=reserved)
 
 
 def index_checksum(data: bytes | memoryview) -> int:

@@ -1,7 +1,7 @@
 """The numbered validation rules of ``spec.md`` and the pure checks of a decoded index.
 
-Rules V1-V7 are enforced while decoding (:mod:`arrowshuffle.format.index` raises); V8-V12 are
-checked here on a decoded index; V13-V19 need the data file and live with the readers.
+Rules V1-V7 are enforced while decoding (:mod:`arrowshuffle.format.index` raises); V8-V12 and
+V20 are checked here on a decoded index; V13-V19 need the data file and live with the readers.
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from arrowshuffle.format.index import ShuffleIndex
+from arrowshuffle.format.index import REGION_BROADCAST, ShuffleIndex
 
 RULES: dict[str, str] = {
     "V1": "the index starts with the magic ASHUFIDX and ends with the trailer magic ASHUFEND",
@@ -24,7 +24,7 @@ RULES: dict[str, str] = {
     "V9": "in a regular region, chunks are contiguous in ascending subpartition order and "
     "fill the region; regions are in ascending order and do not overlap",
     "V10": "in a broadcast region, every subpartition's entry is the region's single chunk",
-    "V11": "a chunk has no batches exactly when it has no bytes, and rows only with batches",
+    "V11": "a chunk has no bytes, no batches and no rows, or all three",
     "V12": "the header's total row count equals the rows of the entries",
     "V13": "the data file is an Arrow IPC file of exactly the length the index declares",
     "V14": "the data file carries the index's file id (the two belong together)",
@@ -33,6 +33,7 @@ RULES: dict[str, str] = {
     "V17": "every chunk decodes into its declared batches and rows with the file's schema (deep)",
     "V18": "the data file holds exactly the indexed batches and rows (deep)",
     "V19": "every row lies in the subpartition its partitioner assigns it (deep)",
+    "V20": "no undefined region flag bit is set and every reserved field is zero",
 }
 
 
@@ -76,7 +77,7 @@ def check_index(index: ShuffleIndex) -> list[Violation]:
     if entries.size:
         has_bytes = entries["length"] > 0
         has_batches = entries["batches"] > 0
-        bad = (has_bytes != has_batches) | ((entries["rows"] > 0) & ~has_batches)
+        bad = (has_bytes != has_batches) | ((entries["rows"] > 0) != has_batches)
         if bad.any():
             s, r = _first(bad)
             e = entries[s, r]
@@ -87,6 +88,7 @@ def check_index(index: ShuffleIndex) -> list[Violation]:
                     f"{int(e['batches'])} batches and {int(e['rows'])} rows",
                 )
             )
+    found.extend(_check_reserved(index))
     broadcast = index.broadcast_regions
     rows = entries["rows"].sum(axis=0, dtype=np.uint64) if entries.size else np.zeros(0)
     if entries.size and broadcast.any():
@@ -101,6 +103,41 @@ def check_index(index: ShuffleIndex) -> list[Violation]:
             )
         )
     return found
+
+
+def _check_reserved(index: ShuffleIndex) -> list[Violation]:
+    """V20: region flags use only defined bits; reserved words are zero.
+
+    v1 defines region flag bit 0 only, and a minor version may not define more (section 10):
+    a set bit means a writer that does not follow the format, whose regions cannot be trusted.
+    """
+    regions = index.meta.regions
+    undefined = (regions["flags"] & ~np.uint32(REGION_BROADCAST)) != 0
+    if undefined.any():
+        r = int(np.argmax(undefined))
+        return [
+            Violation(
+                "V20",
+                f"region {r} has flags {int(regions['flags'][r]):#x}; v1 defines only bit 0 "
+                "(broadcast)",
+            )
+        ]
+    reserved = regions["reserved"] != 0
+    if reserved.any():
+        r = int(np.argmax(reserved))
+        return [
+            Violation(
+                "V20",
+                f"region {r}'s reserved word is {int(regions['reserved'][r]):#x}, expected 0",
+            )
+        ]
+    if index.trailer_reserved != 0:
+        return [
+            Violation(
+                "V20", f"the trailer's reserved word is {index.trailer_reserved:#x}, expected 0"
+            )
+        ]
+    return []
 
 
 def _check_region_layout(index: ShuffleIndex) -> list[Violation]:

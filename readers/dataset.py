@@ -12,17 +12,31 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from arrowshuffle._storage import Location, read_bytes, resolve, storage_errors
+from arrowshuffle._storage import INDEX_SUFFIX, Location, read_bytes, resolve, storage_errors
 from arrowshuffle.format.errors import (
     CorruptFileError,
+    FormatError,
     InvalidOptionError,
     MissingObjectError,
     SchemaMismatchError,
 )
 from arrowshuffle.format.index import encode_partitioner, schema_to_bytes
-from arrowshuffle.format.manifest import MANIFEST_NAME, Manifest, decode_manifest
+from arrowshuffle.format.manifest import (
+    MANIFEST_NAME,
+    MAX_MANIFEST_BYTES,
+    Manifest,
+    ManifestFile,
+    decode_manifest,
+)
 from arrowshuffle.readers.assign import select_reads
-from arrowshuffle.readers.file_reader import IndexShape, ShuffleFile, _select_schema, open_file
+from arrowshuffle.readers.file_reader import (
+    IndexShape,
+    ShuffleFile,
+    _raise_naming,
+    _select_schema,
+    open_file,
+)
+from arrowshuffle.readers.integrity import Verify, resolve_verify
 from arrowshuffle.readers.plan import DEFAULT_MAX_BLOCK, DEFAULT_MAX_GAP, ChunkRange, Subpartitions
 from arrowshuffle.readers.scheduler import (
     DEFAULT_IO_THREADS,
@@ -31,6 +45,7 @@ from arrowshuffle.readers.scheduler import (
     ReadTask,
     run_tasks,
 )
+from arrowshuffle.readers.source import ReadStats, RemoteSource
 
 #: The columns of :meth:`ShuffleDataset.stats`.
 _STATS_SCHEMA = pa.schema(
@@ -48,9 +63,12 @@ class ShuffleDataset:
     manifest order, and within a file in file order (see :meth:`ShuffleFile.iter_batches`).
     """
 
-    def __init__(self, directory: Location, manifest: Manifest) -> None:
+    def __init__(
+        self, directory: Location, manifest: Manifest, *, manifest_stats: ReadStats | None = None
+    ) -> None:
         self.directory = directory
         self.manifest = manifest
+        self._manifest_stats = manifest_stats or ReadStats()
         self._files: dict[int, ShuffleFile] = {}
         self._lock = threading.Lock()
         # What every index of the dataset should hold, to predict where its sections are.
@@ -102,11 +120,14 @@ class ShuffleDataset:
         if opened is not None:
             return opened
         entry = self.manifest.files[i]
+        location = self.directory.child(entry.data)
+        if location.is_local:
+            _check_local_sizes(location, entry)
         shape = IndexShape(
             entry.regions, self.num_subpartitions, self._schema_length, self._partitioner_length
         )
         shuffle_file = ShuffleFile(
-            self.directory.child(entry.data),
+            location,
             index_size=entry.index_size,
             want=want,
             shape=shape,
@@ -187,7 +208,7 @@ class ShuffleDataset:
         self,
         reads: Sequence[tuple[int, Subpartitions]],
         columns: Sequence[str] | None,
-        verify: bool,
+        verify: Verify,
         options: ReadOptions,
     ) -> list[ReadTask]:
         """Open and plan every file of ``reads``, concurrently for object stores."""
@@ -213,7 +234,7 @@ class ShuffleDataset:
         subpartitions: Subpartitions | None = None,
         *,
         columns: Sequence[str] | None = None,
-        verify: bool = False,
+        verify: Verify = "auto",
         consumer: int | None = None,
         num_consumers: int | None = None,
         pattern: str = "all_to_all",
@@ -227,7 +248,9 @@ class ShuffleDataset:
         Args:
             subpartitions: an int, a range or an iterable of ints; all by default.
             columns: names of the columns to return, in that order.
-            verify: check every chunk's CRC32C before decoding it.
+            verify: check every chunk's CRC32C before decoding it: ``"auto"`` (the default)
+                for object stores and not for local files, ``True`` always, ``False`` never.
+                A chunk of an object store that fails its check is fetched again.
             consumer: read what this consumer is assigned instead of ``subpartitions``.
             num_consumers: how many consumers share the dataset.
             pattern: ``"all_to_all"`` or ``"pointwise"``; see :func:`arrowshuffle.assign`.
@@ -237,6 +260,7 @@ class ShuffleDataset:
             io_threads: files opened and ranges fetched at the same time (object stores).
         """
         options = ReadOptions(max_gap, max_block, max_in_flight, io_threads)
+        resolve_verify(verify, remote=not self.directory.is_local)  # a bad value fails now
         if columns is not None:
             _select_schema(self.schema, columns)
         reads = self.reads(
@@ -249,7 +273,7 @@ class ShuffleDataset:
         subpartitions: Subpartitions | None = None,
         *,
         columns: Sequence[str] | None = None,
-        verify: bool = False,
+        verify: Verify = "auto",
         consumer: int | None = None,
         num_consumers: int | None = None,
         pattern: str = "all_to_all",
@@ -285,6 +309,18 @@ class ShuffleDataset:
             return _STATS_SCHEMA.empty_table()
         return pa.concat_tables(tables)
 
+    def read_stats(self) -> ReadStats:
+        """Requests, bytes, retries and refetches so far: the manifest's and the opened files'.
+
+        All zero for local datasets; see :meth:`ShuffleFile.read_stats`.
+        """
+        with self._lock:
+            files = list(self._files.values())
+        total = self._manifest_stats
+        for shuffle_file in files:
+            total += shuffle_file.read_stats()
+        return total
+
     @property
     def requests(self) -> int:
         """Ranged requests issued so far by the opened files (0 for local datasets)."""
@@ -297,6 +333,26 @@ class ShuffleDataset:
             f"ShuffleDataset({self.url!r}, files={self.num_files}, "
             f"subpartitions={self.num_subpartitions}, rows={self.num_rows})"
         )
+
+
+def _check_local_sizes(location: Location, entry: ManifestFile) -> None:
+    """Rule M4 for a local pair, from the file system, before either file is read.
+
+    Raises:
+        MissingObjectError: a listed file does not exist.
+        CorruptFileError: a file's size differs from the listed one.
+    """
+    for what, path, listed in (
+        ("data file", location.path, entry.data_size),
+        ("index", location.path + INDEX_SUFFIX, entry.index_size),
+    ):
+        with storage_errors(path, f"opening the listed {what}"):
+            actual = os.stat(path).st_size
+        if actual != listed:
+            raise CorruptFileError(
+                f"{path}: the manifest lists {listed} bytes for this {what}, the file has {actual}",
+                rule="M4",
+            )
 
 
 def open_dataset(
@@ -315,17 +371,37 @@ def open_dataset(
 
 def _open_dataset(directory: Location) -> ShuffleDataset:
     location = directory.child(MANIFEST_NAME)
-    with storage_errors(location.url, "opening the dataset"):
+    # On object stores the manifest is fetched like any range (transient errors retried,
+    # requests counted); a manifest that does not decode may have been damaged on the way and
+    # is fetched again, unless the same bytes come back.
+    source = None if location.is_local else RemoteSource(location)
+    previous: bytes | None = None
+    attempt = 0
+    while True:
+        with storage_errors(location.url, "opening the dataset"):
+            try:
+                if source is None:
+                    # A ranged read from 0: without a range some file systems ask for the size.
+                    data = read_bytes(location, 0)
+                else:
+                    data = source.read_prefix(MAX_MANIFEST_BYTES + 1).to_pybytes()
+            except MissingObjectError as exc:
+                raise MissingObjectError(
+                    exc.errno,
+                    f"{directory.url} is not an arrowshuffle dataset: it has no {MANIFEST_NAME} "
+                    "(nothing was committed there, or the path is wrong)",
+                ) from exc
         try:
-            # A ranged read from 0: without a range some file systems ask for the size first.
-            data = read_bytes(location, 0)
-        except MissingObjectError as exc:
-            raise MissingObjectError(
-                exc.errno,
-                f"{directory.url} is not an arrowshuffle dataset: it has no {MANIFEST_NAME} "
-                "(nothing was committed there, or the path is wrong)",
-            ) from exc
-    return ShuffleDataset(directory, decode_manifest(data))
+            manifest = decode_manifest(data)
+            break
+        except FormatError as exc:
+            if source is None or data == previous or attempt >= source.retry_budget:
+                _raise_naming(exc, location.url)
+            previous = data
+            attempt += 1
+            source.note_refetch("the manifest", attempt, exc)
+    stats = None if source is None else source.stats()
+    return ShuffleDataset(directory, manifest, manifest_stats=stats)
 
 
 def open_shuffle(

@@ -8,7 +8,7 @@ import pyarrow as pa
 
 from arrowshuffle.format.crc import crc32c
 from arrowshuffle.format.errors import ChecksumMismatchError, CorruptFileError
-from arrowshuffle.readers.plan import ChunkRange, FetchBlock
+from arrowshuffle.readers.plan import Chunk, ChunkRange, FetchBlock
 
 
 def verify_chunks(buffer: pa.Buffer, base: int, chunk_range: ChunkRange, url: str) -> None:
@@ -16,12 +16,13 @@ def verify_chunks(buffer: pa.Buffer, base: int, chunk_range: ChunkRange, url: st
 
     ``buffer`` holds the file's bytes from offset ``base`` on.
     """
-    for offset, length, stored, _batches in chunk_range.chunks:
-        actual = crc32c(buffer.slice(offset - base, length))
-        if actual != stored:
+    for chunk in chunk_range.chunks:
+        actual = crc32c(buffer.slice(chunk.offset - base, chunk.length))
+        if actual != chunk.crc32c:
             raise ChecksumMismatchError(
-                f"{url}: chunk at bytes [{offset}, {offset + length}) of region "
-                f"{chunk_range.region}: stored CRC32C {stored:#010x}, computed {actual:#010x}",
+                f"{url}: chunk (region {chunk_range.region}, subpartition {chunk.subpartition}) "
+                f"at bytes [{chunk.offset}, {chunk.offset + chunk.length}): stored CRC32C "
+                f"{chunk.crc32c:#010x}, computed {actual:#010x}",
                 rule="V16",
             )
 
@@ -29,12 +30,27 @@ def verify_chunks(buffer: pa.Buffer, base: int, chunk_range: ChunkRange, url: st
 def decode_range(
     buffer: pa.Buffer, chunk_range: ChunkRange, schema: pa.Schema, url: str
 ) -> list[pa.RecordBatch]:
-    """Decode the record batches of one chunk range from exactly its bytes (rule V17)."""
-    reader = pa.BufferReader(buffer)
+    """Decode the record batches of one chunk range from exactly its bytes (rule V17).
+
+    Each chunk is decoded from its own bytes and must hold exactly the batches and rows its
+    entry declares: totals that agree over a range could hide rows moved between chunks.
+    """
+    batches: list[pa.RecordBatch] = []
+    for chunk in chunk_range.chunks:
+        piece = buffer.slice(chunk.offset - chunk_range.offset, chunk.length)
+        batches.extend(_decode_chunk(piece, chunk, chunk_range.region, schema, url))
+    return batches
+
+
+def _decode_chunk(
+    piece: pa.Buffer, chunk: Chunk, region: int, schema: pa.Schema, url: str
+) -> list[pa.RecordBatch]:
+    reader = pa.BufferReader(piece)
     batches = []
     rows = 0
+    where = f"{url}: chunk (region {region}, subpartition {chunk.subpartition})"
     try:
-        for _ in range(chunk_range.batches):
+        for _ in range(chunk.batches):
             message = pa.ipc.read_message(reader)
             batch = pa.ipc.read_record_batch(message, schema)
             rows += batch.num_rows
@@ -43,16 +59,14 @@ def decode_range(
         # Damaged bytes surface as any pyarrow error: invalid, IO, out of memory for a
         # hostile declared length, or an end of stream in the middle of a message.
         raise CorruptFileError(
-            f"{url}: region {chunk_range.region}, subpartitions "
-            f"[{chunk_range.start}, {chunk_range.stop}): expected {chunk_range.batches} record "
-            f"batches, decoding batch {len(batches)} failed: {exc}",
+            f"{where}: expected {chunk.batches} record batches, decoding batch {len(batches)} "
+            f"failed: {exc}",
             rule="V17",
         ) from exc
-    if rows != chunk_range.rows or reader.tell() != buffer.size:
+    if rows != chunk.rows or reader.tell() != piece.size:
         raise CorruptFileError(
-            f"{url}: region {chunk_range.region}, subpartitions "
-            f"[{chunk_range.start}, {chunk_range.stop}): expected {chunk_range.rows} rows in "
-            f"{buffer.size} bytes, decoded {rows} rows from {reader.tell()} bytes",
+            f"{where}: expected {chunk.batches} batches of {chunk.rows} rows in {piece.size} "
+            f"bytes, decoded {rows} rows from {reader.tell()} bytes",
             rule="V17",
         )
     return batches

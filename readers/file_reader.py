@@ -5,16 +5,17 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NoReturn
 
 import numpy as np
 import pyarrow as pa
 
 from arrowshuffle._storage import INDEX_SUFFIX, Location, resolve
-from arrowshuffle.format.errors import CorruptFileError, InvalidOptionError
+from arrowshuffle.format.errors import CorruptFileError, FormatError, InvalidOptionError
 from arrowshuffle.format.index import (
     ENTRY_DTYPE,
     HEADER_SIZE,
+    REGION_BROADCAST,
     IndexHeader,
     IndexLayout,
     IndexMeta,
@@ -26,18 +27,19 @@ from arrowshuffle.format.index import (
 from arrowshuffle.readers.assign import select_reads
 from arrowshuffle.readers.data_file import check_data_file
 from arrowshuffle.readers.decode import decode_block
+from arrowshuffle.readers.integrity import Verify, resolve_verify
 from arrowshuffle.readers.plan import (
     DEFAULT_MAX_BLOCK,
     DEFAULT_MAX_GAP,
     ChunkRange,
     FetchBlock,
     Subpartitions,
-    check_run_layout,
     coalesce,
     dedupe_broadcast,
     plan_run,
     subpartition_runs,
 )
+from arrowshuffle.readers.proof import check_regions, check_run
 from arrowshuffle.readers.scheduler import (
     DEFAULT_IO_THREADS,
     DEFAULT_MAX_IN_FLIGHT,
@@ -46,7 +48,13 @@ from arrowshuffle.readers.scheduler import (
     make_tasks,
     run_tasks,
 )
-from arrowshuffle.readers.source import ByteSource, MappedSource, RemoteSource, open_source
+from arrowshuffle.readers.source import (
+    ByteSource,
+    MappedSource,
+    ReadStats,
+    RemoteSource,
+    open_source,
+)
 
 __all__ = [
     "DEFAULT_MAX_IN_FLIGHT",
@@ -63,6 +71,11 @@ INDEX_PREFIX_BYTES = 64 * 1024
 #: Two pieces of an index closer than this are fetched as one range (the bytes between them
 #: cost less than a second request).
 INDEX_MERGE_GAP = 256 * 1024
+#: The most bytes the first request of an index asks for when a listing predicts more: until
+#: the index's header confirms the listing, its predictions are not trusted.
+FIRST_FETCH_LIMIT = 4 * 1024 * 1024
+#: The rules of a listing (a manifest) that an index can contradict.
+_LISTING_RULES = frozenset({"M4", "M7"})
 
 
 @dataclass(frozen=True)
@@ -97,7 +110,9 @@ class ShuffleFile:
       of the metadata, in the same range when they lie within :data:`INDEX_MERGE_GAP`). Only
       an index whose metadata alone exceeds the prefix, read for entries far from it, needs a
       third. Files of a dataset need at most two: the manifest says how large the index is and
-      what it holds, so the first round trip asks for everything the read needs;
+      what it holds, so the first request also asks for the metadata and the wanted entries
+      that follow the prefix (up to :data:`FIRST_FETCH_LIMIT` bytes), and the second, made
+      only once the header agrees with the manifest, for the rest;
     * a read costs one request per region for each contiguous run of subpartitions, fewer when
       neighbouring ranges are merged (``max_gap``/``max_block``).
 
@@ -105,12 +120,15 @@ class ShuffleFile:
         location: the data file.
         data_size: the data file's size when a listing already says it (no request is made
             for it); checked against the index.
-        index_size: the index's size when a listing already says it.
+        index_size: the index's size when a listing already says it; an object or header
+            that disagrees is a :class:`CorruptFileError` (rule M4) before anything the
+            listing predicts is fetched.
         want: the subpartitions a first read will ask for; a remote open then fetches their
             index entries together with the metadata.
         shape: what a listing says about the index (with ``index_size``): a remote open
             then asks for the whole metadata and the ``want`` entries in its first round
-            trip, so that it costs at most two requests. A wrong guess costs one more.
+            trip, so that it costs at most two requests. A region count the header
+            contradicts is a :class:`CorruptFileError` (rule M7).
     """
 
     def __init__(
@@ -124,13 +142,18 @@ class ShuffleFile:
     ) -> None:
         self.location = location
         self.index_location = location.sibling(INDEX_SUFFIX)
-        self._index_source = open_source(self.index_location, index_size)
+        # The index's size is learnt from the index itself: a listed size is checked, not
+        # trusted (see _first_fetch).
+        self._index_source = open_source(self.index_location)
         self._data_source: ByteSource | None = None
         self._entries: dict[int, np.ndarray] = {}
         self._index_bytes = pa.py_buffer(b"")
         self.header: IndexHeader
         self.meta: IndexMeta
-        self._open_index(index_size, want, shape)
+        # The index buffers fetched by the open in progress (None once it is done).
+        self._fetched: list[pa.Buffer] | None = None
+        self._open_index_checked(index_size, want, shape)
+        check_regions(self.meta.regions, self.header.data_length, self.url)
         if data_size is not None and data_size != self.header.data_length:
             raise CorruptFileError(
                 f"{location.url}: the index declares a data file of {self.header.data_length} "
@@ -141,30 +164,62 @@ class ShuffleFile:
 
     # ---------------------------------------------------------------- the index
 
+    def _open_index_checked(
+        self, index_size: int | None, want: Subpartitions | None, shape: IndexShape | None
+    ) -> None:
+        """Open the index; on object stores, open it again when its bytes fail a check.
+
+        Fetched bytes that break a rule (V1-V7: a checksum, the magic, the sizes) may have been
+        damaged on the way, so the open is repeated, up to the source's retry budget. When the
+        same bytes come back the stored index is damaged, and the error is raised at once.
+        """
+        source = self._index_source
+        previous: list[pa.Buffer] | None = None
+        attempt = 0
+        while True:
+            self._fetched = []
+            try:
+                self._open_index(index_size, want, shape)
+                return
+            except FormatError as exc:
+                fetched = self._fetched
+                if not isinstance(source, RemoteSource) or attempt >= source.retry_budget:
+                    _raise_naming(exc, self.index_location.url)
+                if exc.rule in _LISTING_RULES:
+                    raise  # the object contradicts its listing: no transfer damage, since V3 held
+                if previous is not None and _same_buffers(previous, fetched):
+                    _raise_naming(exc, self.index_location.url)
+                previous = fetched
+                attempt += 1
+                self._entries.clear()
+                source.note_refetch("the index", attempt, exc)
+            finally:
+                self._fetched = None
+
     def _open_index(
         self, index_size: int | None, want: Subpartitions | None, shape: IndexShape | None
     ) -> None:
         source = self._index_source
         if isinstance(source, MappedSource):
+            if index_size is not None and source.size != index_size:
+                raise CorruptFileError(
+                    f"{self.index_location.url}: the listing says the index is {index_size} "
+                    f"bytes, the file has {source.size}",
+                    rule="M4",
+                )
             self._install_full_index(source.read_ranges([(0, source.size)])[0])
             return
         size = index_size
         segments: list[tuple[int, pa.Buffer]] = []
-        if size is None:
+        if size is not None:
+            segments.append((0, self._first_fetch(size, want, shape)))
+        else:
             prefix = source.read_prefix(INDEX_PREFIX_BYTES)
+            if self._fetched is not None:
+                self._fetched.append(prefix)
             segments.append((0, prefix))
             if prefix.size < INDEX_PREFIX_BYTES:
                 size = prefix.size  # a short answer is the whole object
-        else:
-            # With the size known, the first round trip also takes what the expected layout
-            # says the read needs: the whole metadata and the wanted entry slice.
-            ranges = [(0, min(size, INDEX_PREFIX_BYTES))]
-            if shape is not None:
-                ranges += _index_needs(
-                    shape.layout, shape.num_regions, shape.num_subpartitions, want
-                )
-            ranges = _merge_ranges([(b, min(e, size)) for b, e in ranges if b < size])
-            segments += self._fetch_index(ranges)
         if size is not None and _reach(segments, 0, size) >= size:
             self._install_full_index(_assemble(segments, 0, size))
             return
@@ -176,10 +231,56 @@ class ShuffleFile:
         self.meta = decode_meta(self.header, memoryview(_assemble(segments, 0, meta_end)))
         self._index_bytes = _assemble(segments, 0, _reach(segments, 0, self.header.index_length))
         for begin, end in needs[1:]:
-            self._decode_entry_slice(_assemble(segments, begin, end), begin)
+            # Damage here is handled by repeating the whole open (_open_index_checked).
+            self._decode_entry_slice(_assemble(segments, begin, end), begin, refetch=False)
+
+    def _first_fetch(
+        self, size: int, want: Subpartitions | None, shape: IndexShape | None
+    ) -> pa.Buffer:
+        """The first request of an index whose size and shape a listing (a manifest) gives.
+
+        It asks for the prefix and, merged with it, what the listed shape says the read needs
+        (the metadata, the wanted entries), at most :data:`FIRST_FETCH_LIMIT` bytes: a
+        listing is not trusted until the header agrees with it, so a hostile size or region
+        count cannot make this fetch or allocate more. The header is then checked against
+        the listing (M4: the index's length; M7: its regions) before anything else is fetched.
+
+        Raises:
+            CorruptFileError: the object or its header contradicts the listing.
+        """
+        end = min(size, INDEX_PREFIX_BYTES)
+        if shape is not None:
+            needs = _index_needs(shape.layout, shape.num_regions, shape.num_subpartitions, want)
+            first = _merge_ranges([(0, end), *needs])[0]  # the range that starts at 0
+            end = max(end, min(first[1], size, FIRST_FETCH_LIMIT))
+        prefix = self._index_source.read_prefix(end)
+        if self._fetched is not None:
+            self._fetched.append(prefix)
+        url = self.index_location.url
+        if prefix.size < end:
+            raise CorruptFileError(
+                f"{url}: the listing says the index is {size} bytes, the object has {prefix.size}",
+                rule="M4",
+            )
+        header = decode_header(memoryview(prefix))
+        if header.index_length != size:
+            raise CorruptFileError(
+                f"{url}: the listing says the index is {size} bytes, its header declares "
+                f"{header.index_length}",
+                rule="M4",
+            )
+        if shape is not None and header.num_regions != shape.num_regions:
+            raise CorruptFileError(
+                f"{url}: the listing says the file has {shape.num_regions} regions, its index "
+                f"declares {header.num_regions}",
+                rule="M7",
+            )
+        return prefix
 
     def _fetch_index(self, ranges: list[tuple[int, int]]) -> list[tuple[int, pa.Buffer]]:
         buffers = self._index_source.read_ranges(ranges)
+        if self._fetched is not None:
+            self._fetched.extend(buffers)
         return [(begin, buffer) for (begin, _), buffer in zip(ranges, buffers, strict=True)]
 
     def _install_full_index(self, data: pa.Buffer) -> None:
@@ -191,14 +292,35 @@ class ShuffleFile:
         for s in range(self.header.num_subpartitions):
             self._entries[s] = index.entries[s]
 
-    def _decode_entry_slice(self, data: pa.Buffer, begin: int) -> None:
-        """Decode whole subpartition blocks of entries that start at index byte ``begin``."""
+    def _decode_entry_slice(self, data: pa.Buffer, begin: int, *, refetch: bool = True) -> None:
+        """Decode whole subpartition blocks of entries that start at index byte ``begin``.
+
+        With ``refetch``, entry blocks of an object store that fail their checksum (V6) are
+        fetched again, up to the source's retry budget, unless the same bytes come back.
+        """
         block = self.num_regions * ENTRY_DTYPE.itemsize
         if block == 0:
             return
         first = (begin - self.header.layout.entries_offset) // block
         count = data.size // block
-        decoded = decode_entries(self.header, self.meta, memoryview(data), first, first + count)
+        source = self._index_source
+        attempt = 0
+        while True:
+            try:
+                decoded = decode_entries(
+                    self.header, self.meta, memoryview(data), first, first + count
+                )
+                break
+            except FormatError as exc:
+                if not (refetch and isinstance(source, RemoteSource)):
+                    _raise_naming(exc, self.index_location.url)
+                if attempt >= source.retry_budget:
+                    _raise_naming(exc, self.index_location.url)
+                attempt += 1
+                fresh = source.refetch(begin, begin + data.size, attempt, exc)
+                if fresh.equals(data):
+                    _raise_naming(exc, self.index_location.url)
+                data = fresh
         for i in range(count):
             self._entries[first + i] = decoded[i]
 
@@ -302,16 +424,38 @@ class ShuffleFile:
 
     # ---------------------------------------------------------------- reading
 
-    def plan(self, subpartitions: Subpartitions | None = None) -> list[ChunkRange]:
-        """The chunk ranges a read of ``subpartitions`` fetches, in file order."""
+    def plan(
+        self, subpartitions: Subpartitions | None = None, *, verify: bool = False
+    ) -> list[ChunkRange]:
+        """The chunk ranges a read of ``subpartitions`` fetches, in file order.
+
+        Every chunk's place is proven from the index before anything is fetched (see
+        :mod:`arrowshuffle.readers.proof`), against the entries of the neighbouring
+        subpartitions too where they are at hand. With ``verify`` the neighbours are always
+        fetched (in the same index request as the run's own entries).
+        """
         selection = range(self.num_subpartitions) if subpartitions is None else subpartitions
         runs = subpartition_runs(selection, self.num_subpartitions)
-        self._ensure_entries(runs)
-        broadcast = (self.meta.regions["flags"] & 1) != 0
+        n = self.num_subpartitions
+        if verify:
+            self._ensure_entries([range(max(0, r.start - 1), min(n, r.stop + 1)) for r in runs])
+        else:
+            self._ensure_entries(runs)
+        regions = self.meta.regions
+        broadcast = (regions["flags"] & REGION_BROADCAST) != 0
         ranges: list[ChunkRange] = []
         for run in runs:
             entries = self.entries(run.start, run.stop)
-            check_run_layout(entries, broadcast, run, self.header.data_length)
+            check_run(
+                entries,
+                regions,
+                run,
+                n,
+                self.header.data_length,
+                self.url,
+                before=self._entries.get(run.start - 1),
+                after=self._entries.get(run.stop),
+            )
             ranges.extend(plan_run(entries, broadcast, run))
         ranges.sort(key=lambda c: (c.offset, c.start))
         return dedupe_broadcast(ranges)
@@ -322,9 +466,11 @@ class ShuffleFile:
         *,
         max_gap: int = DEFAULT_MAX_GAP,
         max_block: int = DEFAULT_MAX_BLOCK,
+        verify: bool = False,
     ) -> list[FetchBlock]:
         """The ranged reads a read of ``subpartitions`` issues: planned, sorted, coalesced."""
-        return coalesce(self.plan(subpartitions), max_gap=max_gap, max_block=max_block)
+        ranges = self.plan(subpartitions, verify=verify)
+        return coalesce(ranges, max_gap=max_gap, max_block=max_block)
 
     def selection(
         self,
@@ -372,19 +518,26 @@ class ShuffleFile:
         subpartitions: Subpartitions | None = None,
         *,
         columns: Sequence[str] | None = None,
-        verify: bool = False,
+        verify: Verify = "auto",
         options: ReadOptions | None = None,
     ) -> list[ReadTask]:
-        """The fetch-and-decode tasks of a read, in output order (for the read scheduler)."""
+        """The fetch-and-decode tasks of a read, in output order (for the read scheduler).
+
+        ``verify`` is resolved for this file (see :func:`resolve_verify`): ``"auto"`` checks
+        the chunks of an object store and not those of a local memory-mapped file.
+        """
+        check = resolve_verify(verify, remote=not self.location.is_local)
         options = options or ReadOptions()
         select = self._projection(columns)
-        blocks = self.blocks(subpartitions, max_gap=options.max_gap, max_block=options.max_block)
+        blocks = self.blocks(
+            subpartitions, max_gap=options.max_gap, max_block=options.max_block, verify=check
+        )
         if not blocks:
             return []
         schema, url = self.schema, self.url
 
         def decode(block: FetchBlock, buffer: pa.Buffer) -> list[pa.RecordBatch]:
-            return decode_block(block, buffer, schema, url, columns=select, verify=verify)
+            return decode_block(block, buffer, schema, url, columns=select, verify=check)
 
         return list(make_tasks(self.data_source(), blocks, decode, options.task_bytes))
 
@@ -393,7 +546,7 @@ class ShuffleFile:
         subpartitions: Subpartitions | None = None,
         *,
         columns: Sequence[str] | None = None,
-        verify: bool = False,
+        verify: Verify = "auto",
         consumer: int | None = None,
         num_consumers: int | None = None,
         pattern: str = "all_to_all",
@@ -414,7 +567,9 @@ class ShuffleFile:
         Args:
             subpartitions: an int, a range, or an iterable of ints (duplicates dropped).
             columns: names of the columns to return, in that order.
-            verify: check every chunk's CRC32C before decoding it.
+            verify: check every chunk's CRC32C before decoding it: ``"auto"`` (the default)
+                for object stores and not for local files, ``True`` always, ``False`` never.
+                A chunk of an object store that fails its check is fetched again.
             consumer: read what consumer ``consumer`` of ``num_consumers`` is assigned
                 (instead of ``subpartitions``); see :func:`arrowshuffle.assign`.
             num_consumers: the number of consumers sharing the file.
@@ -436,7 +591,7 @@ class ShuffleFile:
         subpartitions: Subpartitions | None = None,
         *,
         columns: Sequence[str] | None = None,
-        verify: bool = False,
+        verify: Verify = "auto",
         consumer: int | None = None,
         num_consumers: int | None = None,
         pattern: str = "all_to_all",
@@ -467,6 +622,18 @@ class ShuffleFile:
         _select_schema(self.schema, columns)
         return list(columns)
 
+    def read_stats(self) -> ReadStats:
+        """Requests, bytes, retries and refetches of the index and the data so far.
+
+        All zero for local files. ``retries`` counts requests repeated after transient storage
+        errors, ``refetches`` ranges (or index opens) repeated after a failed checksum.
+        """
+        total = ReadStats()
+        for source in (self._index_source, self._data_source):
+            if isinstance(source, RemoteSource):
+                total += source.stats()
+        return total
+
     @property
     def requests(self) -> int:
         """Ranged requests issued so far for the index and the data (0 for local files)."""
@@ -494,6 +661,24 @@ class ShuffleFile:
         )
 
 
+def _raise_naming(exc: FormatError, url: str) -> NoReturn:
+    """Raise ``exc`` with ``url`` at the start of its message.
+
+    The codecs do not know which object they decode; the reader does.
+    """
+    if url in str(exc):
+        raise exc
+    try:
+        named = type(exc)(f"{url}: {exc.detail}", rule=exc.rule)
+    except TypeError:  # a subclass with another signature: keep it as it is
+        raise exc from exc.__cause__
+    raise named from exc
+
+
+def _same_buffers(a: Sequence[pa.Buffer], b: Sequence[pa.Buffer]) -> bool:
+    return len(a) == len(b) and all(x.equals(y) for x, y in zip(a, b, strict=True))
+
+
 def _index_needs(
     layout: IndexLayout, num_regions: int, num_subpartitions: int, want: Subpartitions | None
 ) -> list[tuple[int, int]]:
@@ -502,7 +687,11 @@ def _index_needs(
     if want is not None:
         runs = subpartition_runs(want, num_subpartitions)
         if runs:
-            needs.append(layout.entry_range(num_regions, runs[0].start, runs[-1].stop))
+            # One neighbour more on each side: a few bytes in the same range, and the reader
+            # can prove the run's first and last chunks against them.
+            start = max(0, runs[0].start - 1)
+            stop = min(num_subpartitions, runs[-1].stop + 1)
+            needs.append(layout.entry_range(num_regions, start, stop))
     return needs
 
 

@@ -12,10 +12,11 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import numpy as np
 
-from arrowshuffle.format.errors import CorruptFileError, InvalidOptionError
+from arrowshuffle.format.errors import InvalidOptionError
 
 DEFAULT_MAX_GAP = 256 * 1024
 DEFAULT_MAX_BLOCK = 32 * 1024 * 1024
@@ -63,13 +64,25 @@ def _check_bounds(ids: np.ndarray, num_subpartitions: int) -> None:
         )
 
 
+class Chunk(NamedTuple):
+    """One non-empty chunk as its entry declares it: what decoding checks it against."""
+
+    subpartition: int
+    offset: int
+    length: int
+    rows: int
+    batches: int
+    crc32c: int
+
+
 @dataclass(frozen=True)
 class ChunkRange:
     """The chunks of subpartitions ``[start, stop)`` in one region: one byte range.
 
     ``repeat`` is how many times the decoded batches are handed out: a broadcast chunk serves
     every subpartition of the run, so it is read once and repeated ``stop - start`` times.
-    ``chunks`` lists ``(offset, length, crc32c, batches)`` of each non-empty chunk, for checks.
+    ``chunks`` lists each non-empty chunk in file order: its bytes are checked against its own
+    CRC32C, batch count and row count.
     """
 
     region: int
@@ -81,7 +94,7 @@ class ChunkRange:
     batches: int
     repeat: int
     broadcast: bool
-    chunks: tuple[tuple[int, int, int, int], ...] = field(repr=False)
+    chunks: tuple[Chunk, ...] = field(repr=False)
 
     @property
     def end(self) -> int:
@@ -96,54 +109,6 @@ class FetchBlock:
     offset: int
     end: int
     ranges: tuple[ChunkRange, ...]
-
-
-def check_run_layout(
-    entries: np.ndarray, broadcast: np.ndarray, run: range, data_length: int
-) -> None:
-    """Check what a read of ``run`` relies on: rules V8, V9 and V10 on its entries.
-
-    Checksums prove that entries are as written, not that a writer wrote them right; a reader
-    that trusted a bad entry would fetch outside the file or decode a neighbour's bytes.
-
-    Raises:
-        CorruptFileError: naming the rule, the region and the subpartition.
-    """
-    if entries.size == 0:
-        return
-    offsets = entries["offset"]
-    lengths = entries["length"]
-    # Compare without computing offset + length, which could wrap around in uint64.
-    past = (offsets > data_length) | (lengths > data_length - np.minimum(offsets, data_length))
-    if past.any():
-        i, r = (int(v) for v in np.argwhere(past)[0])
-        raise CorruptFileError(
-            f"chunk (region {r}, subpartition {run.start + i}) ends at byte "
-            f"{int(offsets[i, r]) + int(lengths[i, r])}, past the data file's {data_length} bytes",
-            rule="V8",
-        )
-    regular = ~broadcast
-    if regular.any() and len(run) > 1:
-        ends = offsets[:-1, regular] + lengths[:-1, regular]
-        gaps = offsets[1:, regular] != ends
-        if gaps.any():
-            i, col = (int(v) for v in np.argwhere(gaps)[0])
-            r = int(np.flatnonzero(regular)[col])
-            raise CorruptFileError(
-                f"chunk (region {r}, subpartition {run.start + i + 1}) starts at byte "
-                f"{int(offsets[i + 1, r])}, expected {int(ends[i, col])} (right after the "
-                "previous chunk)",
-                rule="V9",
-            )
-    if broadcast.any():
-        b = entries[:, broadcast]
-        if (b != b[0:1, :]).any():
-            r = int(np.flatnonzero(broadcast)[int(np.argmax((b != b[0:1, :]).any(axis=0)))])
-            raise CorruptFileError(
-                f"broadcast region {r}: expected every subpartition's entry to be the region's "
-                "single chunk, found differing entries",
-                rule="V10",
-            )
 
 
 def plan_run(entries: np.ndarray, broadcast: np.ndarray, run: range) -> list[ChunkRange]:
@@ -174,12 +139,12 @@ def plan_run(entries: np.ndarray, broadcast: np.ndarray, run: range) -> list[Chu
                     int(e["batches"]),
                     len(run),
                     True,
-                    ((int(e["offset"]), int(e["length"]), int(e["crc32c"]), int(e["batches"])),),
+                    (_chunk(run.start, e),),
                 )
             )
             continue
         column = entries[:, r]
-        present = column[column["length"] > 0]
+        present = np.flatnonzero(column["length"] > 0)
         out.append(
             ChunkRange(
                 r,
@@ -191,13 +156,21 @@ def plan_run(entries: np.ndarray, broadcast: np.ndarray, run: range) -> list[Chu
                 int(batches[r]),
                 1,
                 False,
-                tuple(
-                    (int(c["offset"]), int(c["length"]), int(c["crc32c"]), int(c["batches"]))
-                    for c in present
-                ),
+                tuple(_chunk(run.start + int(i), column[i]) for i in present),
             )
         )
     return out
+
+
+def _chunk(subpartition: int, entry: np.void) -> Chunk:
+    return Chunk(
+        subpartition,
+        int(entry["offset"]),
+        int(entry["length"]),
+        int(entry["rows"]),
+        int(entry["batches"]),
+        int(entry["crc32c"]),
+    )
 
 
 def dedupe_broadcast(ranges: list[ChunkRange]) -> list[ChunkRange]:

@@ -25,9 +25,9 @@ from dataclasses import dataclass
 
 import pyarrow as pa
 
-from arrowshuffle.format.errors import InvalidOptionError
+from arrowshuffle.format.errors import ChecksumMismatchError, InvalidOptionError
 from arrowshuffle.readers.plan import DEFAULT_MAX_BLOCK, DEFAULT_MAX_GAP, FetchBlock
-from arrowshuffle.readers.source import ByteSource
+from arrowshuffle.readers.source import ByteSource, RemoteSource
 
 #: Bytes fetched ahead of the batches handed out.
 DEFAULT_MAX_IN_FLIGHT = 64 * 1024 * 1024
@@ -88,12 +88,43 @@ class ReadTask:
         return sum(b.end - b.offset for b in self.blocks)
 
     def run(self) -> list[pa.RecordBatch]:
-        """Fetch the blocks (one request each, concurrently where possible) and decode them."""
+        """Fetch the blocks (one request each, concurrently where possible) and decode them.
+
+        A block of an object store whose bytes fail a chunk checksum is fetched again (the
+        damage may have happened on the way), up to the source's retry budget; a local block,
+        or one that comes back with the very same bytes (the stored object is damaged), raises
+        :class:`ChecksumMismatchError` at once.
+        """
         buffers = self.source.read_ranges([(b.offset, b.end) for b in self.blocks])
         out: list[pa.RecordBatch] = []
         for block, buffer in zip(self.blocks, buffers, strict=True):
-            out.extend(self.decode(block, buffer))
+            out.extend(self._decode_checked(block, buffer))
         return out
+
+    def _decode_checked(self, block: FetchBlock, buffer: pa.Buffer) -> list[pa.RecordBatch]:
+        source = self.source
+        attempt = 0
+        while True:
+            try:
+                return self.decode(block, buffer)
+            except ChecksumMismatchError as exc:
+                if not isinstance(source, RemoteSource):
+                    raise
+                if attempt >= source.retry_budget:
+                    raise ChecksumMismatchError(
+                        f"{exc.detail} (still after fetching bytes [{block.offset}, "
+                        f"{block.end}) {attempt + 1} times)",
+                        rule=exc.rule,
+                    ) from exc
+                attempt += 1
+                fresh = source.refetch(block.offset, block.end, attempt, exc)
+                if fresh.equals(buffer):
+                    raise ChecksumMismatchError(
+                        f"{exc.detail} (fetching bytes [{block.offset}, {block.end}) again "
+                        "returned the same bytes: the stored object is damaged)",
+                        rule=exc.rule,
+                    ) from exc
+                buffer = fresh
 
 
 def make_tasks(

@@ -3,25 +3,58 @@
 from __future__ import annotations
 
 import errno
+import logging
 import random
 import threading
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Protocol
 
 import pyarrow as pa
 
-from arrowshuffle._storage import Location, object_size, storage_errors
-from arrowshuffle.format.errors import ShuffleIOError
+from arrowshuffle._storage import (
+    Location,
+    classify_error,
+    object_size,
+    storage_error,
+    storage_errors,
+)
+from arrowshuffle.format.errors import ArrowShuffleError, ShuffleIOError
 
-#: How many times a range that failed with a transient error is fetched again.
+#: How many times a range that failed with a transient error, or whose bytes failed their
+#: checksum, is fetched again.
 DEFAULT_RETRIES = 3
 #: Seconds before the first retry; each further retry waits twice as long (plus jitter).
 DEFAULT_BACKOFF = 0.1
-#: Errors that retrying cannot fix: the request itself is wrong, or the object is not there.
-_PERMANENT_ERRNOS = frozenset(
-    {errno.ENOENT, errno.EACCES, errno.EPERM, errno.EINVAL, errno.EISDIR, errno.ENOTDIR}
-)
+
+logger = logging.getLogger("arrowshuffle.readers")
+
+
+@dataclass(frozen=True)
+class ReadStats:
+    """What reading cost so far: requests, bytes, and the attempts that had to be repeated.
+
+    Attributes:
+        requests: ranged requests issued (each retry and refetch included).
+        bytes_read: bytes received.
+        retries: requests repeated after a transient storage error (timeout, reset, 5xx,
+            throttling, truncated body).
+        refetches: ranges fetched again because their bytes failed a checksum.
+    """
+
+    requests: int = 0
+    bytes_read: int = 0
+    retries: int = 0
+    refetches: int = 0
+
+    def __add__(self, other: ReadStats) -> ReadStats:
+        return ReadStats(
+            self.requests + other.requests,
+            self.bytes_read + other.bytes_read,
+            self.retries + other.retries,
+            self.refetches + other.refetches,
+        )
 
 
 class ByteSource(Protocol):
@@ -77,10 +110,13 @@ class RemoteSource:
     """An object behind an fsspec file system; ranges are fetched with ``cat_ranges``.
 
     ``cat_ranges`` issues one ranged GET per range, concurrently on asynchronous file systems
-    (s3fs, gcsfs, adlfs, http). A range that fails with a transient error (an ``OSError`` other
-    than not-found, permission or a bad request) is fetched again, up to ``retries`` times
-    with exponential backoff; not-found and permission errors are raised at once, naming the
-    URL.
+    (s3fs, gcsfs, adlfs, http). A range that fails with a transient error (see
+    :func:`arrowshuffle._storage.classify_error`: a timeout, a reset, a truncated or
+    checksum-failed transfer, a 5xx answer, throttling) or comes back shorter than asked is
+    fetched again, up to ``retries`` times with exponential backoff; not-found, permission and
+    bad-request errors are raised at once, naming the URL. Every error is raised as a
+    :class:`ShuffleIOError`. Readers that find fetched bytes damaged ask for them again with
+    :meth:`refetch`, within the same budget.
 
     The size is optional: readers that know it (from a manifest, or from the index) pass it
     and no metadata request is made. Requests and bytes are counted for diagnostics.
@@ -99,11 +135,42 @@ class RemoteSource:
         self.url = location.url
         self._location = location
         self._size = size
-        self._retries = retries
+        #: How many times one range is fetched again (after errors, or after damage).
+        self.retry_budget = retries
         self._backoff = backoff
         self._lock = threading.Lock()
         self.requests = 0
         self.bytes_read = 0
+        self.retries = 0
+        self.refetches = 0
+
+    def stats(self) -> ReadStats:
+        """Requests, bytes, retries and refetches of this source so far."""
+        with self._lock:
+            return ReadStats(self.requests, self.bytes_read, self.retries, self.refetches)
+
+    def note_refetch(self, what: str, attempt: int, reason: BaseException) -> None:
+        """Wait out the backoff of refetch ``attempt`` (from 1) of ``what``, count and log it."""
+        with self._lock:
+            self.refetches += 1
+        logger.warning(
+            "%s: fetching %s again (refetch %d of at most %d) after damaged bytes: %s",
+            self.url,
+            what,
+            attempt,
+            self.retry_budget,
+            reason,
+        )
+        self._pause(attempt)
+
+    def refetch(self, start: int, end: int, attempt: int, reason: BaseException) -> pa.Buffer:
+        """Fetch ``[start, end)`` again because its bytes failed a checksum (see above)."""
+        self.note_refetch(f"bytes [{start}, {end})", attempt, reason)
+        return self._fetch([(start, end)], exact=True)[0]
+
+    def _pause(self, attempt: int) -> None:
+        delay = self._backoff * 2 ** (attempt - 1)
+        time.sleep(delay * (1 + random.random() / 2))
 
     @property
     def size(self) -> int:
@@ -148,57 +215,81 @@ class RemoteSource:
             with self._lock:
                 self.requests += len(todo)
             failed: list[int] = []
+            last: BaseException | None = None
+            received = 0
             for i, blob in zip(todo, blobs, strict=True):
-                if not isinstance(blob, BaseException):
-                    results[i] = bytes(blob)
-                elif not _transient(blob):
-                    with storage_errors(self.url, "reading"):
-                        raise blob
-                elif attempt >= self._retries:
-                    raise ShuffleIOError(
-                        getattr(blob, "errno", None) or errno.EIO,
-                        f"reading {self.url} bytes [{ranges[i][0]}, {ranges[i][1]}) failed "
-                        f"{attempt + 1} times; last error: {blob}",
-                    ) from blob
+                start, end = ranges[i]
+                error: BaseException
+                if isinstance(blob, BaseException):
+                    error = blob
+                elif exact and len(blob) != end - start:
+                    # A body cut short (or a server ignoring the range): ask again.
+                    received += len(blob)
+                    error = ShuffleIOError(
+                        errno.EIO,
+                        f"short read: asked for bytes [{start}, {end}) ({end - start} bytes), "
+                        f"got {len(blob)} (a body cut short, or the object is shorter)",
+                    )
                 else:
-                    failed.append(i)
+                    received += len(blob)
+                    results[i] = bytes(blob)
+                    continue
+                if not _transient(error):
+                    mapped = storage_error(error, self.url, "reading")
+                    raise mapped from (None if mapped is error else error)
+                if attempt >= self.retry_budget:
+                    raise ShuffleIOError(
+                        getattr(error, "errno", None) or errno.EIO,
+                        f"reading {self.url} bytes [{start}, {end}) failed "
+                        f"{attempt + 1} times; last error: {_describe(error)}",
+                    ) from error
+                failed.append(i)
+                last = error
+            with self._lock:
+                self.bytes_read += received
+                self.retries += len(failed)
             if failed:
                 attempt += 1
-                delay = self._backoff * 2 ** (attempt - 1)
-                time.sleep(delay * (1 + random.random() / 2))
-            todo = failed
-        out = []
-        for (start, end), data in zip(ranges, results, strict=True):
-            assert data is not None
-            if exact and len(data) != end - start:
-                raise ShuffleIOError(
-                    f"short read from {self.url}: asked for bytes [{start}, {end}), "
-                    f"got {len(data)} bytes (is the object truncated?)"
+                logger.info(
+                    "%s: %d ranged reads failed (%s); retry %d of %d",
+                    self.url,
+                    len(failed),
+                    _describe(last) if last is not None else "",
+                    attempt,
+                    self.retry_budget,
                 )
-            out.append(pa.py_buffer(data))
-        with self._lock:
-            self.bytes_read += sum(len(d) for d in results if d is not None)
-        return out
+                self._pause(attempt)
+            todo = failed
+        return [pa.py_buffer(data or b"") for data in results]
 
     def _cat_ranges(self, ranges: Sequence[tuple[int, int]]) -> list[bytes | BaseException]:
         fs = self._location.fs
-        with storage_errors(self.url, "reading"):
+        try:
             blobs = fs.cat_ranges(
                 [self._location.path] * len(ranges),
                 [start for start, _ in ranges],
                 [end for _, end in ranges],
                 on_error="return",
             )
+        except (ArrowShuffleError, MemoryError):
+            raise
+        except Exception as exc:
+            # The call as a whole failed (a synchronous file system, fsspec's loop timeout):
+            # every range failed with it, and is retried as such when it is transient.
+            return [exc] * len(ranges)
         return list(blobs)
+
+
+def _describe(error: BaseException) -> str:
+    text = str(error)
+    if isinstance(error, OSError) and text:
+        return text
+    return f"{type(error).__name__}: {text}" if text else type(error).__name__
 
 
 def _transient(error: BaseException) -> bool:
     """True for storage errors that a later attempt may not hit (timeouts, 5xx, resets)."""
-    if not isinstance(error, OSError):
-        return False
-    if isinstance(error, (FileNotFoundError, PermissionError, IsADirectoryError)):
-        return False
-    return error.errno not in _PERMANENT_ERRNOS
+    return classify_error(error) == "transient"
 
 
 def open_source(location: Location, size: int | None = None) -> ByteSource:

@@ -37,7 +37,7 @@ INDEX_PREFIX_BYTES = 64 * 1024
 #: The most chunk bytes a deep check holds at once (a larger chunk is read on its own).
 DEEP_WAVE_BYTES = 64 * 1024 * 1024
 #: Rules after which byte ranges of the data file cannot be trusted for a deep check.
-_LAYOUT_RULES = frozenset({"V8", "V9", "V10", "V11", "V13"})
+_LAYOUT_RULES = frozenset({"V8", "V9", "V10", "V11", "V13", "V20"})
 
 Recompute = Callable[[dict[str, Any], pa.RecordBatch, int], Any]
 
@@ -107,6 +107,29 @@ def validate_file(
     except FormatError as exc:
         report.violations.append(Violation(exc.rule or "V4", exc.detail))
         return report
+    return validate_decoded(location.url, index, data, deep=deep)
+
+
+def validate_decoded(
+    url: str, index: ShuffleIndex, data: ByteSource, *, deep: bool = False
+) -> ValidationReport:
+    """Check a pair whose index is already decoded (rules V1-V7 hold) against V8-V19.
+
+    For callers that fetched the index themselves, such as dataset validation.
+
+    Args:
+        url: the data file's path or URL, for the report.
+        index: the decoded index.
+        data: the data file's bytes.
+        deep: also read every chunk (see :func:`validate_file`).
+    """
+    summary: dict[str, Any] = {
+        "bytes": data.size,
+        "index_bytes": index.header.index_length,
+        "deep": deep,
+        "skipped": [],
+    }
+    report = ValidationReport(url=url, ok=False, summary=summary)
     summary.update(
         regions=index.num_regions,
         subpartitions=index.num_subpartitions,

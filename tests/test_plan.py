@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 from arrowshuffle.format.errors import InvalidOptionError
 from arrowshuffle.format.index import ENTRY_DTYPE
 from arrowshuffle.readers.plan import (
+    Chunk,
     ChunkRange,
     coalesce,
     dedupe_broadcast,
@@ -145,7 +146,14 @@ def test_plan_run_byte_range_is_the_union_of_the_chunks(
             e = column[0]
             assert (cr.offset, cr.length, cr.rows) == (e["offset"], e["length"], e["rows"])
             assert cr.broadcast and cr.repeat == len(run)
-            assert cr.chunks == ((e["offset"], e["length"], e["crc32c"], e["batches"]),)
+            (chunk,) = cr.chunks
+            assert (chunk.offset, chunk.length, chunk.rows, chunk.batches, chunk.crc32c) == (
+                e["offset"],
+                e["length"],
+                e["rows"],
+                e["batches"],
+                e["crc32c"],
+            )
             continue
         union_start = int(present["offset"].min())
         union_end = int((present["offset"] + present["length"]).max())
@@ -154,9 +162,13 @@ def test_plan_run_byte_range_is_the_union_of_the_chunks(
         assert cr.rows == int(column["rows"].sum())
         assert cr.batches == int(column["batches"].sum())
         assert not cr.broadcast and cr.repeat == 1
-        assert [c[0] for c in cr.chunks] == present["offset"].tolist()
-        assert [c[1] for c in cr.chunks] == present["length"].tolist()
-        assert [c[2] for c in cr.chunks] == present["crc32c"].tolist()
+        assert [c.offset for c in cr.chunks] == present["offset"].tolist()
+        assert [c.length for c in cr.chunks] == present["length"].tolist()
+        assert [c.rows for c in cr.chunks] == present["rows"].tolist()
+        assert [c.batches for c in cr.chunks] == present["batches"].tolist()
+        assert [c.crc32c for c in cr.chunks] == present["crc32c"].tolist()
+        have = np.flatnonzero(column["length"] > 0) + start
+        assert [c.subpartition for c in cr.chunks] == have.tolist()
     # Regions in order, one range each, none for regions where the run has no bytes.
     assert [c.region for c in planned] == expected_regions
 
@@ -182,7 +194,7 @@ def chunk_range(
         batches=1,
         repeat=1,
         broadcast=broadcast,
-        chunks=((offset, length, 0, 1),),
+        chunks=(Chunk(0, offset, length, 1, 1, 0),),
     )
 
 

@@ -9,6 +9,7 @@ from typing import Any
 
 from arrowshuffle.format.errors import InvalidOptionError
 from arrowshuffle.readers.dataset import ShuffleDataset, open_dataset
+from arrowshuffle.readers.integrity import Verify, resolve_verify
 from arrowshuffle.spark.options import FORMAT_NAME
 from arrowshuffle.writers.dataset_writer import normalize_mode, read_manifest
 
@@ -137,7 +138,7 @@ def read(
     *,
     consumers: int | None = None,
     subpartitions: int | str | Sequence[int] | None = None,
-    verify: bool = False,
+    verify: Verify = "auto",
     storage_options: dict[str, Any] | None = None,
     **options: Any,
 ) -> Any:
@@ -149,7 +150,8 @@ def read(
         consumers: split the subpartitions into this many contiguous ranges, one Spark
             partition each (default: one Spark partition per subpartition).
         subpartitions: read only these: an int, a list, or text such as ``"0-7"``/``"1,4"``.
-        verify: check every chunk's CRC32C while reading.
+        verify: check every chunk's CRC32C while reading: ``"auto"`` (the default) for
+            object stores and not for local files, ``True`` always, ``False`` never.
         storage_options: fsspec options for URLs.
         **options: other options, passed as storage options.
     """
@@ -163,8 +165,8 @@ def read(
             settings["subpartitions"] = str(subpartitions)
         else:
             settings["subpartitions"] = ",".join(str(int(s)) for s in subpartitions)
-    if verify:
-        settings["verify"] = True
+    if verify != "auto":
+        settings["verify"] = resolve_verify(verify, remote=False)
     if storage_options:
         settings["storage_options"] = storage_options
     for key, value in settings.items():

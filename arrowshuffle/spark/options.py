@@ -17,9 +17,9 @@ Writer options:
 Reader options:
     ``path``, ``consumers`` (P contiguous subpartition ranges, one Spark partition each),
     ``subpartitions`` (``"3"``, ``"0-7"``, ``"1,4,6-9"``), ``verify`` (check every chunk's
-    CRC32C), ``pushdown`` (``true``: equality filters on the partitioning key skip
-    subpartitions; Spark also needs ``spark.sql.python.filterPushdown.enabled``),
-    ``storage_options``.
+    CRC32C: ``auto``, the default, on object stores only; ``true``; ``false``), ``pushdown``
+    (``true``: equality filters on the partitioning key skip subpartitions; Spark also needs
+    ``spark.sql.python.filterPushdown.enabled``), ``storage_options``.
 """
 
 from __future__ import annotations
@@ -31,6 +31,7 @@ from typing import Any
 
 from arrowshuffle.format.errors import InvalidOptionError
 from arrowshuffle.format.units import parse_bytes
+from arrowshuffle.readers.integrity import Verify
 from arrowshuffle.writers.file_writer import DEFAULT_MAX_BATCH_ROWS, normalize_compression
 
 #: The name of the data source: ``spark.read.format(FORMAT_NAME)``.
@@ -82,7 +83,7 @@ class ReadOptions:
     consumers: int | None = None
     #: The ``subpartitions`` option as given; :meth:`selection` resolves it.
     subpartitions: str | None = None
-    verify: bool = False
+    verify: Verify = "auto"
     pushdown: bool = False
     storage_options: dict[str, Any] = field(default_factory=dict)
 
@@ -126,6 +127,18 @@ def parse_bool(value: str, name: str) -> bool:
     if text in ("false", "0", "no"):
         return False
     raise InvalidOptionError(f"option {name} must be true or false, found {value!r}")
+
+
+def parse_verify(value: str) -> Verify:
+    """Parse the ``verify`` option: ``auto``, or a boolean as :func:`parse_bool` reads it."""
+    if str(value).strip().lower() == "auto":
+        return "auto"
+    try:
+        return parse_bool(value, "verify")
+    except InvalidOptionError:
+        raise InvalidOptionError(
+            f"option verify must be auto, true or false, found {value!r}"
+        ) from None
 
 
 def parse_columns(value: str) -> tuple[str, ...]:
@@ -264,7 +277,7 @@ def parse_read_options(options: Mapping[str, str]) -> ReadOptions:
     consumers = (
         parse_int(opts["consumers"], "consumers", minimum=1) if "consumers" in opts else None
     )
-    verify = parse_bool(opts["verify"], "verify") if "verify" in opts else False
+    verify = parse_verify(opts["verify"]) if "verify" in opts else "auto"
     pushdown = parse_bool(opts["pushdown"], "pushdown") if "pushdown" in opts else False
     return ReadOptions(
         path=path,
