@@ -7,19 +7,47 @@ from __future__ import annotations
 
 import base64
 import json
-import posixpath
+import re
+import unicodedata
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 
 from arrowshuffle.format.errors import CorruptFileError, FormatError, UnsupportedVersionError
-from arrowshuffle.format.index import FORMAT_VERSION_MAJOR, schema_from_bytes, schema_to_bytes
+from arrowshuffle.format.index import (
+    FORMAT_VERSION_MAJOR,
+    MAX_SUBPARTITIONS,
+    schema_from_bytes,
+    schema_to_bytes,
+)
 
 MANIFEST_NAME = "_arrowshuffle_manifest.json"
 MANIFEST_KIND = "arrowshuffle-dataset"
 #: A manifest larger than this is refused before it is parsed.
 MAX_MANIFEST_BYTES = 256 * 1024 * 1024
+#: Arrays and objects nested deeper than this are refused before parsing (M1): written
+#: manifests nest a few levels, and a parser must never recurse as deep as a document asks.
+MAX_MANIFEST_DEPTH = 64
+#: The index sidecar of data file ``d`` is ``d + INDEX_SUFFIX`` (where readers look for it).
+INDEX_SUFFIX = ".idx"
+
+_U32_MAX = 2**32 - 1
+_I64_MAX = 2**63 - 1
+#: The integer fields of a file entry and their allowed ranges (the index stores sizes and rows
+#: as 64-bit, regions and checksums as 32-bit fields; 2**63 and more fits no signed reader).
+_FILE_INTEGERS: tuple[tuple[str, int, int], ...] = (
+    ("data_size", 0, _I64_MAX),
+    ("index_size", 0, _I64_MAX),
+    ("rows", 0, _I64_MAX),
+    ("regions", 0, _U32_MAX),
+    ("index_crc32c", 0, _U32_MAX),
+)
+#: A plain relative name: components of allowed characters, none of them ``.`` or ``..``.
+#: No backslash, colon (a URL scheme, a drive, a chained URL) or control character anywhere.
+_COMPONENT = r"(?!\.\.?(?:/|\Z))[^/\\:\x00-\x1f\x7f]+"
+_PLAIN_NAME = re.compile(rf"{_COMPONENT}(?:/{_COMPONENT})*\Z")
 
 
 @dataclass(frozen=True)
@@ -77,57 +105,267 @@ def encode_manifest(manifest: Manifest) -> bytes:
     return (json.dumps(doc, indent=1, sort_keys=True) + "\n").encode()
 
 
-def _require(doc: dict[str, Any], key: str, kind: type | tuple[type, ...], where: str) -> Any:
+_JSON_TYPES = {
+    str: "a string",
+    int: "an integer",
+    float: "a number",
+    bool: "a boolean",
+    type(None): "null",
+    list: "an array",
+    dict: "an object",
+}
+
+
+def _found(value: object) -> str:
+    """What a JSON value is, for messages: its type and a short excerpt."""
+    kind = _JSON_TYPES.get(type(value), type(value).__name__)
+    text = json.dumps(value) if isinstance(value, (str, int, float, bool)) or value is None else ""
+    if len(text) > 60:
+        text = text[:57] + "..."
+    return f"{kind} {text}".rstrip() if kind != "null" else "null"
+
+
+def _require(doc: dict[str, Any], key: str, kind: type, where: str) -> Any:
+    """``doc[key]`` when it has JSON type ``kind`` (a bool is not an integer), else M1."""
     value = doc.get(key)
-    if not isinstance(value, kind) or (isinstance(value, bool) and kind is not bool):
-        expected = (
-            kind.__name__ if isinstance(kind, type) else " or ".join(k.__name__ for k in kind)
-        )
+    if type(value) is not kind:
+        found = "nothing" if key not in doc else _found(value)
         raise CorruptFileError(
-            f"manifest {where}: expected '{key}' to be {expected}, found {value!r:.80}", rule="M1"
+            f"manifest {where}: expected '{key}' to be {_JSON_TYPES[kind]}, found {found}",
+            rule="M1",
         )
     return value
 
 
-def _check_name(name: str, where: str) -> str:
-    """A file name must stay inside the dataset directory (no absolute path, no '..')."""
-    normal = posixpath.normpath(name)
-    if (
-        not name
-        or "\\" in name
-        or name.startswith("/")
-        or "://" in name
-        or normal == ".."
-        or normal.startswith("../")
-        or normal != name
-    ):
+def _bound(n: int) -> str:
+    """A range bound for messages: powers of two near the fields' widths are named as such."""
+    for bits in (31, 32, 63, 64):
+        if n == 2**bits - 1:
+            return f"2**{bits}-1"
+    return str(n)
+
+
+def _require_int(doc: dict[str, Any], key: str, low: int, high: int, where: str) -> int:
+    """``doc[key]`` when it is an integer in ``[low, high]``, else M1."""
+    value = doc.get(key)
+    if type(value) is not int or not low <= value <= high:
+        found = "nothing" if key not in doc else _found(value)
+        raise CorruptFileError(
+            f"manifest {where}: expected '{key}' to be an integer from {low} to {_bound(high)}, "
+            f"found {found}",
+            rule="M1",
+        )
+    return value
+
+
+def _name_problem(name: str) -> str:
+    """Why a name that is not plain is refused (the slow path of :func:`_check_name`)."""
+    if not name:
+        return "it is empty"
+    if "://" in name:
+        return "it is a URL"
+    if "\\" in name:
+        return "it holds a backslash"
+    if ":" in name:
+        return "it holds a colon"
+    if any(ord(c) < 0x20 or ord(c) == 0x7F for c in name):
+        return "it holds a control character"
+    if name.startswith("/"):
+        return "it is absolute"
+    if any(part in (".", "..") for part in name.split("/")):
+        return "it has a '.' or '..' component"
+    return "it has an empty component (a doubled or trailing '/')"
+
+
+def _check_name(name: str, where: str, what: str) -> str:
+    """Rule M3: a name stays inside the dataset directory, whatever reads it."""
+    if _PLAIN_NAME.match(name) is None:
         raise FormatError(
-            f"manifest {where}: file name {name!r} leaves the dataset directory; expected a "
-            "plain relative name",
+            f"manifest {where}: {what} name {name!r:.120} leaves the dataset directory or is not "
+            f"plain ({_name_problem(name)}); expected a relative name such as 'part-0.arrow'",
             rule="M3",
         )
     return name
 
 
+def _name_key(name: str) -> str:
+    """Names that one file system may take for the same file map to one key (rule M8)."""
+    if name.isascii():
+        return name.lower()
+    return unicodedata.normalize("NFC", name).casefold()
+
+
+def nesting_depth(data: bytes) -> int:
+    """How deep arrays and objects nest in JSON text, without parsing it (linear, no recursion).
+
+    Brackets inside strings do not count; a quote preceded by an odd run of backslashes does not
+    end a string. For text that is not JSON the result is only an estimate, but it agrees with
+    a JSON parser on every prefix the parser accepts.
+    """
+    raw = np.frombuffer(data, np.uint8)
+    quotes = np.flatnonzero(raw == 0x22)
+    if quotes.size and b"\\" in data:
+        backslash = raw == 0x5C
+        first = backslash.copy()  # the first backslash of each run
+        first[1:] &= ~backslash[:-1]
+        last = backslash.copy()  # the last backslash of each run
+        last[:-1] &= ~backslash[1:]
+        starts, lasts = np.flatnonzero(first), np.flatnonzero(last)
+        after = quotes[quotes > 0]
+        after = after[backslash[after - 1]]
+        run = np.searchsorted(lasts, after - 1)
+        escaped = after[(lasts[run] - starts[run]) % 2 == 0]  # an odd run escapes the quote
+        quotes = np.setdiff1d(quotes, escaped, assume_unique=True)
+    opening = (raw == 0x5B) | (raw == 0x7B)
+    brackets = np.flatnonzero(opening | (raw == 0x5D) | (raw == 0x7D))
+    # A bracket lies outside every string when an even number of quotes precede it.
+    brackets = brackets[np.searchsorted(quotes, brackets) % 2 == 0]
+    if not brackets.size:
+        return 0
+    return int(np.cumsum(np.where(opening[brackets], 1, -1)).max())
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """An object's members; a key twice is ambiguous (parsers keep the first or the last)."""
+    doc = dict(pairs)
+    if len(doc) != len(pairs):
+        seen: set[str] = set()
+        for key, _ in pairs:
+            if key in seen:
+                raise CorruptFileError(
+                    f"manifest is ambiguous: an object has the key {key!r:.80} twice; expected "
+                    "each key once",
+                    rule="M1",
+                )
+            seen.add(key)
+    return doc
+
+
+def _no_constant(name: str) -> Any:
+    raise CorruptFileError(f"manifest is not JSON: it holds {name}", rule="M1")
+
+
+def _parse(data: bytes) -> Any:
+    """UTF-8 JSON of bounded depth and unique keys, or M1."""
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise CorruptFileError(
+            f"manifest is not UTF-8: byte {data[exc.start]:#04x} at offset {exc.start} does not "
+            "decode",
+            rule="M1",
+        ) from exc
+    depth = nesting_depth(data)
+    if depth > MAX_MANIFEST_DEPTH:
+        raise CorruptFileError(
+            f"manifest nests arrays and objects {depth} deep, expected at most "
+            f"{MAX_MANIFEST_DEPTH}",
+            rule="M1",
+        )
+    try:
+        return json.loads(text, object_pairs_hook=_unique_keys, parse_constant=_no_constant)
+    except RecursionError as exc:  # cannot happen after the depth check; never let it out
+        raise CorruptFileError("manifest nests too deep to parse", rule="M1") from exc
+    except ValueError as exc:  # JSONDecodeError, or an integer of too many digits
+        if isinstance(exc, FormatError):
+            raise
+        raise CorruptFileError(f"manifest is not JSON: {exc}", rule="M1") from exc
+
+
+def _decode_file(i: int, entry: Any, seen: dict[str, str]) -> ManifestFile:
+    """One entry of ``files``: rules M1 (types), M3 (names) and M8 (each file listed once)."""
+    where = f"file #{i}"
+    if type(entry) is not dict:
+        raise CorruptFileError(
+            f"manifest {where}: expected an object, found {_found(entry)}", rule="M1"
+        )
+    data = _check_name(_require(entry, "data", str, where), where, "data file")
+    where = f"file #{i} ({data!r:.80})"
+    index = _check_name(_require(entry, "index", str, where), where, "index")
+    if index != data + INDEX_SUFFIX:
+        raise FormatError(
+            f"manifest {where}: the index is listed as {index!r:.120}; expected "
+            f"{data + INDEX_SUFFIX!r:.120}, where readers look for it",
+            rule="M3",
+        )
+    sizes = [_require_int(entry, key, low, high, where) for key, low, high in _FILE_INTEGERS]
+    for name in (data, index):
+        key = _name_key(name)
+        other = seen.get(key)
+        if other is not None:
+            alias = "" if other == name else f" (as {other!r:.120}: one file where case is ignored)"
+            raise FormatError(
+                f"manifest {where}: {name!r:.120} is listed more than once{alias}; expected "
+                "each file once",
+                rule="M8",
+            )
+        seen[key] = name
+    return ManifestFile(data, index, *sizes)
+
+
+def _decode_files(entries: list[Any]) -> tuple[ManifestFile, ...]:
+    """Every entry of ``files``; a fast pass, with :func:`_decode_file` to name a problem.
+
+    The fast pass builds no message, since a manifest may list hundreds of thousands of files.
+    """
+    files: list[ManifestFile] = []
+    seen: dict[str, str] = {}
+    plain = _PLAIN_NAME.match
+    get = dict.get
+    for i, entry in enumerate(entries):
+        if type(entry) is dict:
+            data, index = get(entry, "data"), get(entry, "index")
+            data_size, index_size = get(entry, "data_size"), get(entry, "index_size")
+            rows, regions, crc = (
+                get(entry, "rows"),
+                get(entry, "regions"),
+                get(entry, "index_crc32c"),
+            )
+            if (
+                type(data) is str
+                and type(index) is str
+                and index == data + INDEX_SUFFIX  # then index is plain when data is
+                and plain(data) is not None
+                and type(data_size) is int
+                and 0 <= data_size <= _I64_MAX
+                and type(index_size) is int
+                and 0 <= index_size <= _I64_MAX
+                and type(rows) is int
+                and 0 <= rows <= _I64_MAX
+                and type(regions) is int
+                and 0 <= regions <= _U32_MAX
+                and type(crc) is int
+                and 0 <= crc <= _U32_MAX
+            ):
+                data_key = _name_key(data)
+                index_key = data_key + INDEX_SUFFIX  # case and normalization stop at the '.'
+                if data_key not in seen and index_key not in seen:
+                    seen[data_key], seen[index_key] = data, index
+                    files.append(
+                        ManifestFile(data, index, data_size, index_size, rows, regions, crc)
+                    )
+                    continue
+        files.append(_decode_file(i, entry, seen))  # raises, naming what is wrong
+    return tuple(files)
+
+
 def decode_manifest(data: bytes) -> Manifest:
-    """Decode and check a manifest.
+    """Decode and check a manifest, trusting nothing in it.
 
     Raises:
-        FormatError: rule M1 (not a manifest), M2 (version) or M3 (a file name outside the
-            dataset directory).
+        FormatError: rule M1 (not a manifest: not UTF-8 JSON, nested too deep, a field missing
+            or of the wrong type or range), M2 (version), M3 (a file name outside the dataset
+            directory, or an index not named after its data file) or M8 (a file listed twice).
     """
     if len(data) > MAX_MANIFEST_BYTES:
         raise CorruptFileError(
             f"manifest is {len(data)} bytes, more than the {MAX_MANIFEST_BYTES} allowed", rule="M1"
         )
-    try:
-        doc = json.loads(data)
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise CorruptFileError(f"manifest is not JSON: {exc}", rule="M1") from exc
-    if not isinstance(doc, dict) or doc.get("kind") != MANIFEST_KIND:
-        found = doc.get("kind") if isinstance(doc, dict) else type(doc).__name__
+    doc = _parse(bytes(data))
+    if type(doc) is not dict or doc.get("kind") != MANIFEST_KIND:
+        found = _found(doc.get("kind")) if type(doc) is dict else _found(doc)
         raise CorruptFileError(
-            f"not an arrowshuffle manifest: expected kind {MANIFEST_KIND!r}, found {found!r}",
+            f"not an arrowshuffle manifest: expected kind {MANIFEST_KIND!r}, found {found}",
             rule="M1",
         )
     version = _require(doc, "format_version", int, "header")
@@ -140,40 +378,27 @@ def decode_manifest(data: bytes) -> Manifest:
     try:
         schema_bytes = base64.b64decode(_require(doc, "schema", str, "header"), validate=True)
     except ValueError as exc:
+        if isinstance(exc, FormatError):
+            raise
         raise CorruptFileError(f"manifest schema is not base64: {exc}", rule="M1") from exc
     schema = schema_from_bytes(schema_bytes, rule="M1")
-    num_subpartitions = _require(doc, "num_subpartitions", int, "header")
-    if num_subpartitions < 1:
-        raise CorruptFileError(
-            f"manifest declares {num_subpartitions} subpartitions, expected at least 1", rule="M1"
-        )
+    num_subpartitions = _require_int(doc, "num_subpartitions", 1, MAX_SUBPARTITIONS, "header")
     partitioner = _require(doc, "partitioner", dict, "header")
-    properties = doc.get("properties") or {}
-    if not isinstance(properties, dict):
+    if "total_rows" in doc:
+        _require_int(doc, "total_rows", 0, _I64_MAX, "header")  # informational, recomputed
+    properties = doc.get("properties")
+    if properties is None:
+        properties = {}
+    elif type(properties) is not dict:
         raise CorruptFileError(
-            f"manifest header: expected 'properties' to be an object, found {properties!r:.80}",
+            f"manifest header: expected 'properties' to be an object, found {_found(properties)}",
             rule="M1",
         )
-    files = []
-    for i, entry in enumerate(_require(doc, "files", list, "header")):
-        where = f"file #{i}"
-        if not isinstance(entry, dict):
-            raise CorruptFileError(f"manifest {where}: expected an object", rule="M1")
-        files.append(
-            ManifestFile(
-                data=_check_name(_require(entry, "data", str, where), where),
-                index=_check_name(_require(entry, "index", str, where), where),
-                data_size=_require(entry, "data_size", int, where),
-                index_size=_require(entry, "index_size", int, where),
-                rows=_require(entry, "rows", int, where),
-                regions=_require(entry, "regions", int, where),
-                index_crc32c=_require(entry, "index_crc32c", int, where),
-            )
-        )
+    files = _decode_files(_require(doc, "files", list, "header"))
     return Manifest(
         schema=schema,
         num_subpartitions=num_subpartitions,
         partitioner=partitioner,
-        files=tuple(files),
+        files=files,
         properties={str(k): str(v) for k, v in properties.items()},
     )

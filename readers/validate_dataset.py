@@ -1,18 +1,23 @@
-"""Validate a dataset: its manifest's rules (M1-M7) and every listed file's own rules.
+"""Validate a dataset: its manifest's rules (M1-M8) and every listed file's own rules.
 
 Manifest rules:
 
-* M1 the manifest is an arrowshuffle manifest (JSON, the right kind, well-typed fields);
+* M1 the manifest is an arrowshuffle manifest (UTF-8 JSON of bounded depth, the right kind,
+  well-typed fields in range);
 * M2 its format version is supported;
-* M3 every file name is a plain relative name inside the dataset directory, listed once, and
-  each index is named after its data file (``<data>.idx``, where readers look for it);
+* M3 every file name is a plain relative name inside the dataset directory, and each index is
+  named after its data file (``<data>.idx``, where readers look for it);
 * M4 every listed data and index file is present with its listed size;
 * M5 each index's whole-index checksum (its trailer CRC32C) equals the listed one;
 * M6 every file has the manifest's schema, subpartition count and partitioner;
-* M7 each file's rows, regions and data length equal what its index declares.
+* M7 each file's rows, regions and data length equal what its index declares;
+* M8 every file is listed once.
 
-M1-M3 are checked by decoding the manifest (a failure there ends the check); the others per
-file, followed by the file's rules V1-V19 (:func:`arrowshuffle.readers.validate.validate_file`).
+M1-M3 and M8 are checked by decoding the manifest (a failure there ends the check); the others
+per file, followed by the file's rules V1-V19
+(:func:`arrowshuffle.readers.validate.validate_decoded`). Files are checked concurrently; one
+listing of the directory gives every size, so a missing file costs no request and a present one
+a single read of its index (when it is small) plus the data file's two ends.
 A missing manifest is a storage problem, not invalid data: it raises
 :class:`~arrowshuffle.format.errors.MissingObjectError`.
 """
@@ -21,34 +26,52 @@ from __future__ import annotations
 
 import os
 import posixpath
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from typing import Any
 
-from arrowshuffle._storage import INDEX_SUFFIX, Location, read_bytes, resolve, storage_errors
+import pyarrow as pa
+
+from arrowshuffle._storage import Location, read_bytes, resolve, storage_errors
 from arrowshuffle.format.errors import FormatError, MissingObjectError
-from arrowshuffle.format.index import ShuffleIndex, decode_index, index_checksum
+from arrowshuffle.format.index import (
+    HEADER_SIZE,
+    ShuffleIndex,
+    decode_header,
+    decode_index,
+    index_checksum,
+)
 from arrowshuffle.format.manifest import MANIFEST_NAME, Manifest, ManifestFile, decode_manifest
 from arrowshuffle.format.rules import Violation
+from arrowshuffle.readers.source import ByteSource, MappedSource, open_source
+from arrowshuffle.readers.validate import INDEX_PREFIX_BYTES, validate_decoded
 
 #: Rules of the manifest, as documented above.
 MANIFEST_RULES: dict[str, str] = {
     "M1": "the manifest is an arrowshuffle manifest with well-typed fields",
     "M2": "the manifest's format version is supported",
-    "M3": "file names stay inside the dataset directory, are listed once, and each index is "
-    "named <data file>.idx",
+    "M3": "file names stay inside the dataset directory and each index is named <data file>.idx",
     "M4": "every listed data and index file is present with its listed size",
     "M5": "each index's trailer checksum equals the listed index checksum",
     "M6": "every file has the manifest's schema, subpartition count and partitioner",
     "M7": "each file's rows, regions and data length equal what its index declares",
+    "M8": "every file is listed once",
 }
 
 #: Called after each file is checked: (files done, files in total, data file name).
 Progress = Callable[[int, int, str], None]
 
-#: Files checked at the same time on object stores.
+#: Files checked at the same time.
 DEFAULT_WORKERS = 8
+#: An index at most this long is fetched in one ranged read; a longer one is refused from its
+#: header before the rest is fetched.
+WHOLE_INDEX_BYTES = 8 * 1024 * 1024
+#: The end of a remote data file fetched with its first bytes: the Arrow footer usually lies
+#: within, so checking it costs no further request.
+DATA_TAIL_BYTES = 64 * 1024
+#: The start of a remote data file fetched with its end (its magic, padded to 8 bytes).
+_DATA_HEAD_BYTES = 8
 
 
 @dataclass
@@ -79,7 +102,7 @@ class DatasetReport:
     Attributes:
         url: the dataset directory.
         ok: True when no rule is broken anywhere.
-        violations: rules the manifest itself breaks (M1-M3); per-file findings are in
+        violations: rules the manifest itself breaks (M1-M3, M8); per-file findings are in
             :attr:`files`.
         files: one report per listed file, in manifest order.
         summary: files, rows, subpartitions, partitioner (its name), bytes, index_bytes, deep,
@@ -97,8 +120,7 @@ class DatasetReport:
     def all_violations(self) -> list[tuple[str | None, Violation]]:
         """Every broken rule as ``(file name or None for the manifest, violation)``."""
         found: list[tuple[str | None, Violation]] = [(None, v) for v in self.violations]
-        for report in self.files:
-            found.extend((report.name, v) for v in report.violations)
+        found += [(report.name, v) for report in self.files for v in report.violations]
         return found
 
     def to_dict(self) -> dict[str, Any]:
@@ -128,14 +150,14 @@ def validate_dataset(
     progress: Progress | None = None,
     workers: int = DEFAULT_WORKERS,
 ) -> DatasetReport:
-    """Check a dataset against rules M1-M7 and each listed file against V1-V19.
+    """Check a dataset against rules M1-M8 and each listed file against V1-V19.
 
     Args:
         path_or_url: the dataset directory (local path or fsspec URL).
         deep: also read every chunk of every file (see ``validate_file``).
         storage_options: passed to fsspec for URLs.
         progress: called after each file with (files done, files in total, file name).
-        workers: files checked at the same time on object stores (local: one at a time).
+        workers: files checked at the same time.
 
     Returns:
         A report; ``report.ok`` is True for a valid dataset.
@@ -159,7 +181,6 @@ def validate_dataset(
     except FormatError as exc:
         report.violations.append(Violation(exc.rule or "M1", exc.detail))
         return report
-    report.violations.extend(_check_names(manifest))
     sizes = _listing(directory)
     report.summary.update(
         files=len(manifest.files),
@@ -170,55 +191,69 @@ def validate_dataset(
         index_bytes=sum(f.index_size for f in manifest.files),
         unlisted=_unlisted(manifest, sizes),
     )
-
-    def check(entry: ManifestFile) -> FileReport:
-        return _check_file(directory, manifest, entry, sizes, deep, storage_options)
-
-    total = len(manifest.files)
-    reports: dict[int, FileReport] = {}
-    if directory.is_local or total < 2:
-        for i, entry in enumerate(manifest.files):
-            reports[i] = check(entry)
-            if progress is not None:
-                progress(i + 1, total, entry.data)
-    else:
-        with ThreadPoolExecutor(max(1, min(workers, total))) as pool:
-            futures = {pool.submit(check, entry): i for i, entry in enumerate(manifest.files)}
-            for done, future in enumerate(as_completed(futures), start=1):
-                i = futures[future]
-                reports[i] = future.result()
-                if progress is not None:
-                    progress(done, total, manifest.files[i].data)
-    report.files = [reports[i] for i in range(total)]
+    report.files = _check_files(directory, manifest, sizes, deep, progress, workers)
     report.ok = not report.violations and all(f.ok for f in report.files)
     return report
 
 
-def _check_names(manifest: Manifest) -> list[Violation]:
-    """Rule M3 beyond what decoding checks: each name once, indexes named after their data."""
-    found: list[Violation] = []
-    seen: set[str] = set()
-    for f in manifest.files:
-        for name in (f.data, f.index):
-            if name in seen:
-                found.append(Violation("M3", f"file {name!r} is listed more than once"))
-            seen.add(name)
-        if f.index != f.data + INDEX_SUFFIX:
-            found.append(
-                Violation(
-                    "M3",
-                    f"the index of {f.data!r} is listed as {f.index!r}; expected "
-                    f"{f.data + INDEX_SUFFIX!r}, where readers look for it",
-                )
-            )
-    return found
+def _check_files(
+    directory: Location,
+    manifest: Manifest,
+    sizes: dict[str, int] | None,
+    deep: bool,
+    progress: Progress | None,
+    workers: int,
+) -> list[FileReport]:
+    """One report per listed file, in manifest order; files checked on a thread pool.
+
+    Files the listing shows missing are reported without a request or a task.
+    """
+    total = len(manifest.files)
+    reports: list[FileReport | None] = [None] * total
+    done = 0
+    pending: list[int] = []
+    url_prefix = directory.child("").url  # a file's URL is this plus its name
+    for i, entry in enumerate(manifest.files):
+        missing = _missing(url_prefix, entry, sizes)
+        if missing is None:
+            pending.append(i)
+            continue
+        reports[i] = missing
+        done += 1
+        if progress is not None:
+            progress(done, total, entry.data)
+
+    def check(i: int) -> FileReport:
+        return _check_file(directory, manifest, manifest.files[i], sizes, deep)
+
+    if len(pending) == 1 or workers <= 1:
+        for i in pending:
+            reports[i] = check(i)
+            done += 1
+            if progress is not None:
+                progress(done, total, manifest.files[i].data)
+    elif pending:
+        with ThreadPoolExecutor(min(workers, len(pending)), "arrowshuffle-validate") as pool:
+            futures = {pool.submit(check, i): i for i in pending}
+            try:
+                for future in as_completed(futures):
+                    i = futures[future]
+                    reports[i] = future.result()
+                    done += 1
+                    if progress is not None:
+                        progress(done, total, manifest.files[i].data)
+            except BaseException:
+                for future in futures:
+                    future.cancel()  # an error or an interrupt ends the check without waiting
+                raise
+    return [r for r in reports if r is not None]
 
 
 def _listing(directory: Location) -> dict[str, int] | None:
     """Names and sizes of the directory's objects (one listing), or None if it cannot list."""
     try:
         entries = directory.fs.ls(directory.path, detail=True)
-    except (OSError, ValueError):
+    except Exception:  # any failure (storage libraries raise their own types): ask one by one
         return None
     return {
         posixpath.basename(str(e["name"]).rstrip("/")): int(e.get("size") or 0)
@@ -236,8 +271,11 @@ def _unlisted(manifest: Manifest, sizes: dict[str, int] | None) -> list[str]:
 
 
 def _size(directory: Location, name: str, sizes: dict[str, int] | None) -> int | None:
-    """The object's size, or None when it does not exist."""
-    if sizes is not None:
+    """The object's size, or None when it does not exist.
+
+    The listing holds the directory's own objects; a name in a subdirectory is asked for.
+    """
+    if sizes is not None and "/" not in name:
         return sizes.get(name)
     location = directory.child(name)
     with storage_errors(location.url, "reading the size of"):
@@ -247,22 +285,36 @@ def _size(directory: Location, name: str, sizes: dict[str, int] | None) -> int |
             return None
 
 
+def _missing(
+    url_prefix: str, entry: ManifestFile, sizes: dict[str, int] | None
+) -> FileReport | None:
+    """The report of a file whose data file or index the listing lacks (rule M4), else None."""
+    if sizes is None or "/" in entry.data:
+        return None  # not in the listing: checked with requests
+    if entry.data in sizes and entry.index in sizes:
+        return None
+    report = FileReport(name=entry.data, url=url_prefix + entry.data, ok=False)
+    for what, name in (("data file", entry.data), ("index", entry.index)):
+        if name not in sizes:
+            report.violations.append(Violation("M4", f"the listed {what} {name} is missing"))
+    return report
+
+
 def _check_file(
     directory: Location,
     manifest: Manifest,
     entry: ManifestFile,
     sizes: dict[str, int] | None,
     deep: bool,
-    storage_options: dict[str, Any] | None,
 ) -> FileReport:
     data = directory.child(entry.data)
     report = FileReport(name=entry.data, url=data.url, ok=False)
     found = report.violations
     data_size = _size(directory, entry.data, sizes)
-    index_size = _size(directory, entry.data + INDEX_SUFFIX, sizes)
+    index_size = _size(directory, entry.index, sizes)
     for what, name, actual, listed in (
         ("data file", entry.data, data_size, entry.data_size),
-        ("index", entry.data + INDEX_SUFFIX, index_size, entry.index_size),
+        ("index", entry.index, index_size, entry.index_size),
     ):
         if actual is None:
             found.append(Violation("M4", f"the listed {what} {name} is missing"))
@@ -272,9 +324,16 @@ def _check_file(
             )
     if data_size is None or index_size is None:
         return report
-    raw_index = read_bytes(data.sibling(INDEX_SUFFIX), 0)
+    # Sizes come from the objects themselves, never from the manifest: a hostile listed size
+    # cannot make this fetch or allocate more than is stored.
+    index_source = open_source(directory.child(entry.index), index_size)
+    data_source = open_source(data, data_size)
     try:
-        stored = index_checksum(raw_index)
+        raw = _fetch_index(index_source, index_size)
+    except FormatError as exc:  # a large index whose header is refused
+        return _finish(report, Violation(exc.rule or "V4", exc.detail), data_size, index_size, deep)
+    try:
+        stored: int | None = index_checksum(memoryview(raw))
     except FormatError:
         stored = None
     if stored is not None and stored != entry.index_crc32c:
@@ -286,18 +345,87 @@ def _check_file(
             )
         )
     try:
-        index = decode_index(memoryview(raw_index))
-    except FormatError:
-        index = None  # the file's own report names the broken rule
-    if index is not None:
-        found.extend(_compare(manifest, entry, index))
-    from arrowshuffle.readers.validate import validate_file
-
-    own = validate_file(data.url, deep=deep, storage_options=storage_options)
+        index = decode_index(memoryview(raw))
+    except FormatError as exc:  # the file's own rule, as validate_file reports it
+        return _finish(report, Violation(exc.rule or "V4", exc.detail), data_size, index_size, deep)
+    found.extend(_compare(manifest, entry, index))
+    if not isinstance(data_source, MappedSource):
+        data_source = _Prefetched(data_source, DATA_TAIL_BYTES)
+    own = validate_decoded(data.url, index, data_source, deep=deep)
     found.extend(own.violations)
     report.summary = dict(own.summary)
     report.ok = not found
     return report
+
+
+def _finish(
+    report: FileReport, own: Violation, data_size: int, index_size: int, deep: bool
+) -> FileReport:
+    """A report whose index does not decode: the file's own checks end there."""
+    report.violations.append(own)
+    report.summary = {"bytes": data_size, "index_bytes": index_size, "deep": deep, "skipped": []}
+    return report
+
+
+def _fetch_index(source: ByteSource, size: int) -> pa.Buffer:
+    """The whole index: one read when it is small, else its header is checked first."""
+    if isinstance(source, MappedSource) or size <= WHOLE_INDEX_BYTES:
+        (whole,) = source.read_ranges([(0, size)])
+        return whole
+    (prefix,) = source.read_ranges([(0, INDEX_PREFIX_BYTES)])
+    decode_header(memoryview(prefix)[:HEADER_SIZE], object_size=size)
+    (rest,) = source.read_ranges([(INDEX_PREFIX_BYTES, size)])
+    return pa.py_buffer(prefix.to_pybytes() + rest.to_pybytes())
+
+
+class _Prefetched:
+    """A remote data file whose two ends are fetched together, in one round trip.
+
+    Checking the data file reads its magic at both ends and its footer, just before the end:
+    those reads are then served from memory. Other ranges go to the object.
+    """
+
+    concurrent = True
+
+    def __init__(self, source: ByteSource, tail: int) -> None:
+        self.url = source.url
+        self._source = source
+        size = source.size
+        head_end = min(size, _DATA_HEAD_BYTES)
+        self._tail_start = max(0, size - tail)
+        if self._tail_start <= head_end:  # a small file: fetch it whole
+            (whole,) = source.read_ranges([(0, size)])
+            self._head = self._tail = whole
+            self._tail_start = 0
+        else:
+            self._head, self._tail = source.read_ranges([(0, head_end), (self._tail_start, size)])
+
+    @property
+    def size(self) -> int:
+        """Size of the data file in bytes."""
+        return self._source.size
+
+    def _cached(self, start: int, end: int) -> pa.Buffer | None:
+        if end <= self._head.size:
+            return self._head.slice(start, end - start)
+        if start >= self._tail_start:
+            return self._tail.slice(start - self._tail_start, end - start)
+        return None
+
+    def read_ranges(self, ranges: Sequence[tuple[int, int]]) -> list[pa.Buffer]:
+        """Ranges from the fetched ends when they lie there, the rest in one call."""
+        out: list[pa.Buffer | None] = [self._cached(b, e) for b, e in ranges]
+        todo = [i for i, buffer in enumerate(out) if buffer is None]
+        if todo:
+            fetched = self._source.read_ranges([ranges[i] for i in todo])
+            for i, buffer in zip(todo, fetched, strict=True):
+                out[i] = buffer
+        return [b for b in out if b is not None]
+
+    def read_prefix(self, length: int) -> pa.Buffer:
+        """The first ``length`` bytes."""
+        (prefix,) = self.read_ranges([(0, min(length, self.size))])
+        return prefix
 
 
 def _compare(manifest: Manifest, entry: ManifestFile, index: ShuffleIndex) -> list[Violation]:

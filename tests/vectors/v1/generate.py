@@ -461,6 +461,58 @@ def batches_without_bytes(buf: bytearray) -> bytes:
     return bytes(refix(buf))
 
 
+def swap_entries(buf: bytearray) -> bytes:
+    """Swap the entries of subpartitions 1 and 2 in region 0: each still points at a real chunk
+    with the right checksum, batches and rows, but of the other subpartition."""
+    sec = Sections.of(buf)
+    one, two = sec.entry(1, 0), sec.entry(2, 0)
+    buf[one : one + ENTRY_SIZE], buf[two : two + ENTRY_SIZE] = (
+        buf[two : two + ENTRY_SIZE],
+        buf[one : one + ENTRY_SIZE],
+    )
+    return bytes(refix(buf))
+
+
+def empty_length_keeps_rows(buf: bytearray) -> bytes:
+    """Chunk (1, 0) declares 0 bytes but keeps its rows and batches; its bytes are added to
+    chunk (0, 0) so that the chunks still tile the region."""
+    sec = Sections.of(buf)
+    first, second = sec.entry(0, 0), sec.entry(1, 0)
+    length = u64(buf, second + 8)
+    put64(buf, first + 8, u64(buf, first + 8) + length)
+    put64(buf, second, u64(buf, second) + length)
+    put64(buf, second + 8, 0)
+    return bytes(refix(buf))
+
+
+def batches_without_rows(buf: bytearray) -> bytes:
+    """Chunk (0, 0) declares 0 rows but keeps its bytes and batches (total rows fixed)."""
+    sec = Sections.of(buf)
+    at = sec.entry(0, 0) + 16
+    put64(buf, TOTAL_ROWS_AT, u64(buf, TOTAL_ROWS_AT) - u64(buf, at))
+    put64(buf, at, 0)
+    return bytes(refix(buf))
+
+
+def undefined_region_flag(buf: bytearray) -> bytes:
+    sec = Sections.of(buf)
+    at = sec.region(1) + 16
+    put32(buf, at, u32(buf, at) | 0b10)
+    return bytes(refix(buf))
+
+
+def region_reserved_fixed(buf: bytearray) -> bytes:
+    sec = Sections.of(buf)
+    put32(buf, sec.region(0) + 20, 7)
+    return bytes(refix(buf))
+
+
+def trailer_reserved(buf: bytearray) -> bytes:
+    sec = Sections.of(buf)
+    put32(buf, sec.trailer_at + 4, 1)
+    return bytes(buf)
+
+
 def total_rows_plus_one(buf: bytearray) -> bytes:
     put64(buf, TOTAL_ROWS_AT, u64(buf, TOTAL_ROWS_AT) + 1)
     return bytes(refix(buf, Refix(subpartitions=False, meta=False)))
@@ -627,6 +679,51 @@ BROKEN = (
         batches_without_bytes,
     ),
     Broken(
+        "swapped_entries",
+        "good_basic",
+        "V9",
+        "entries of subpartitions 1 and 2 in region 0 swapped (checksums fixed): each points at "
+        "a real chunk of the other subpartition",
+        swap_entries,
+    ),
+    Broken(
+        "length_zero_rows_kept",
+        "good_basic",
+        "V11",
+        "chunk (subpartition 1, region 0) declares 0 bytes but keeps its rows and batches; its "
+        "bytes are added to chunk (0, 0), so the region is still tiled (checksums fixed)",
+        empty_length_keeps_rows,
+    ),
+    Broken(
+        "batches_without_rows",
+        "good_basic",
+        "V11",
+        "chunk (subpartition 0, region 0) declares 0 rows but has bytes and batches (total rows "
+        "and checksums fixed)",
+        batches_without_rows,
+    ),
+    Broken(
+        "undefined_region_flag",
+        "good_basic",
+        "V20",
+        "region 1's flags have the undefined bit 1 set (checksums fixed)",
+        undefined_region_flag,
+    ),
+    Broken(
+        "reserved_region_word",
+        "good_basic",
+        "V20",
+        "region 0's reserved word is 7 (checksums fixed)",
+        region_reserved_fixed,
+    ),
+    Broken(
+        "reserved_trailer_word",
+        "good_basic",
+        "V20",
+        "the trailer's reserved word is 1 (no checksum covers it)",
+        trailer_reserved,
+    ),
+    Broken(
         "total_rows_wrong",
         "good_basic",
         "V12",
@@ -765,6 +862,222 @@ def _tempdir(parent: Path) -> Iterator[str]:
         shutil.rmtree(path, ignore_errors=True)
 
 
+# ---------------------------------------------------------------------- dataset vectors
+#
+# datasets/NAME/ holds a copy of the good_basic pair and a manifest listing it, edited to break
+# one manifest rule; datasets/expected.json names the rule and where it is found ("manifest":
+# when the manifest is decoded, "file": when the listed file is checked).
+
+DATASETS = "datasets"
+PAIR = "good_basic.arrow"
+
+
+def _good_manifest(out: Path) -> dict[str, Any]:
+    """The manifest of a dataset holding just the good_basic pair, as a JSON document."""
+    from arrowshuffle.format.manifest import Manifest, ManifestFile, encode_manifest
+
+    raw = (out / f"{PAIR}.idx").read_bytes()
+    index = codec.decode_index(raw)
+    entry = ManifestFile(
+        data=PAIR,
+        index=f"{PAIR}.idx",
+        data_size=(out / PAIR).stat().st_size,
+        index_size=len(raw),
+        rows=index.header.total_rows,
+        regions=index.num_regions,
+        index_crc32c=codec.index_checksum(raw),
+    )
+    manifest = Manifest(index.schema, index.num_subpartitions, index.meta.partitioner, (entry,))
+    document: dict[str, Any] = json.loads(encode_manifest(manifest))
+    return document
+
+
+def _listed_twice(doc: dict[str, Any]) -> None:
+    doc["files"].append(dict(doc["files"][0]))
+
+
+def _data_named_as_index(doc: dict[str, Any]) -> None:
+    second = dict(doc["files"][0])
+    second["data"] = f"{PAIR}.idx"
+    second["index"] = f"{PAIR}.idx.idx"
+    doc["files"].append(second)
+
+
+def _file_field(key: str, value: Any) -> Callable[[dict[str, Any]], None]:
+    def edit(doc: dict[str, Any]) -> None:
+        doc["files"][0][key] = value
+
+    return edit
+
+
+def _named(data: str) -> Callable[[dict[str, Any]], None]:
+    def edit(doc: dict[str, Any]) -> None:
+        doc["files"][0]["data"] = data
+        doc["files"][0]["index"] = data + ".idx"
+
+    return edit
+
+
+def _with_properties(value: Any) -> Callable[[dict[str, Any]], None]:
+    def edit(doc: dict[str, Any]) -> None:
+        doc["properties"] = value
+
+    return edit
+
+
+@dataclass(frozen=True)
+class DatasetVector:
+    """A dataset whose manifest is the good one, edited (``edit``) or replaced (``raw``)."""
+
+    name: str
+    rule: str | None
+    where: str
+    description: str
+    edit: Callable[[dict[str, Any]], None] | None = None
+    raw: Callable[[bytes], bytes] | None = None
+
+
+DATASET_VECTORS = (
+    DatasetVector("good_dataset", None, "", "the good_basic pair, listed once"),
+    DatasetVector(
+        "deep_nesting",
+        "M1",
+        "manifest",
+        "the manifest is 10000 nested arrays (deeper than a recursive parser's limit)",
+        raw=lambda good: b"[" * 10_000 + b"]" * 10_000 + b"\n",
+    ),
+    DatasetVector(
+        "deep_properties",
+        "M1",
+        "manifest",
+        "the good manifest with 64 nested arrays in its properties (66 levels in all)",
+        edit=_with_properties({"x": json.loads("[" * 64 + "]" * 64)}),
+    ),
+    DatasetVector(
+        "not_utf8",
+        "M1",
+        "manifest",
+        "the good manifest with a Latin-1 byte (0xe9) in a property value",
+        raw=lambda good: good.replace(b'"properties": {}', b'"properties": {"k": "caf\xe9"}'),
+    ),
+    DatasetVector(
+        "key_twice",
+        "M1",
+        "manifest",
+        "the good manifest with a second, empty 'files' member",
+        raw=lambda good: good.rstrip()[:-1] + b', "files": []}\n',
+    ),
+    DatasetVector(
+        "rows_boolean",
+        "M1",
+        "manifest",
+        "files[0].rows is true",
+        edit=_file_field("rows", True),
+    ),
+    DatasetVector(
+        "size_negative",
+        "M1",
+        "manifest",
+        "files[0].data_size is -1",
+        edit=_file_field("data_size", -1),
+    ),
+    DatasetVector(
+        "size_too_large",
+        "M1",
+        "manifest",
+        "files[0].index_size is 2**63",
+        edit=_file_field("index_size", 2**63),
+    ),
+    DatasetVector(
+        "crc_too_large",
+        "M1",
+        "manifest",
+        "files[0].index_crc32c is 2**32",
+        edit=_file_field("index_crc32c", 2**32),
+    ),
+    DatasetVector(
+        "name_leaves_directory",
+        "M3",
+        "manifest",
+        "files[0] is named ../good_basic.arrow",
+        edit=_named(f"../{PAIR}"),
+    ),
+    DatasetVector(
+        "name_is_url",
+        "M3",
+        "manifest",
+        "files[0] is named s3://other/good_basic.arrow",
+        edit=_named(f"s3://other/{PAIR}"),
+    ),
+    DatasetVector(
+        "index_not_beside_data",
+        "M3",
+        "manifest",
+        "files[0].index is other.idx, not good_basic.arrow.idx",
+        edit=_file_field("index", "other.idx"),
+    ),
+    DatasetVector(
+        "pair_listed_twice",
+        "M8",
+        "manifest",
+        "the good_basic pair listed twice",
+        edit=_listed_twice,
+    ),
+    DatasetVector(
+        "data_named_as_index",
+        "M8",
+        "manifest",
+        "a second entry whose data file is good_basic.arrow.idx, the first entry's index",
+        edit=_data_named_as_index,
+    ),
+    DatasetVector(
+        "index_size_wrong",
+        "M4",
+        "file",
+        "files[0].index_size is 8 bytes more than the index",
+        edit=lambda doc: doc["files"][0].update(index_size=doc["files"][0]["index_size"] + 8),
+    ),
+    DatasetVector(
+        "regions_wrong",
+        "M7",
+        "file",
+        "files[0].regions is one more than the index declares",
+        edit=lambda doc: doc["files"][0].update(regions=doc["files"][0]["regions"] + 1),
+    ),
+)
+
+
+def generate_datasets(out: Path) -> dict[str, Any]:
+    """Write the dataset vectors into ``out/datasets`` (after the good pairs are written)."""
+    from arrowshuffle.format.manifest import MANIFEST_NAME
+
+    good_doc = _good_manifest(out)
+    good = (json.dumps(good_doc, indent=1, sort_keys=True) + "\n").encode()
+    root = out / DATASETS
+    vectors: dict[str, Any] = {}
+    for vector in DATASET_VECTORS:
+        directory = root / vector.name
+        directory.mkdir(parents=True, exist_ok=True)
+        for name in (PAIR, f"{PAIR}.idx"):
+            shutil.copyfile(out / name, directory / name)
+        if vector.raw is not None:
+            payload = vector.raw(good)
+        else:
+            doc = json.loads(good)
+            if vector.edit is not None:
+                vector.edit(doc)
+            payload = (json.dumps(doc, indent=1, sort_keys=True) + "\n").encode()
+        (directory / MANIFEST_NAME).write_bytes(payload)
+        vectors[vector.name] = {
+            "kind": "good" if vector.rule is None else "invalid",
+            "description": vector.description,
+            **({} if vector.rule is None else {"rule": vector.rule, "where": vector.where}),
+        }
+    document = {"pyarrow": pa.__version__, "datasets": vectors}
+    (root / "expected.json").write_text(json.dumps(document, indent=1) + "\n")
+    return document
+
+
 def generate(out: Path) -> dict[str, Any]:
     """Write every vector and ``expected.json`` into ``out``; return the expected document."""
     out.mkdir(parents=True, exist_ok=True)
@@ -781,6 +1094,7 @@ def generate(out: Path) -> dict[str, Any]:
         "vectors": vectors,
     }
     (out / "expected.json").write_text(json.dumps(document, indent=1, ensure_ascii=True) + "\n")
+    generate_datasets(out)
     return document
 
 
