@@ -32,6 +32,7 @@ from arrowshuffle.writers.partitioners import (
     make_partitioner,
     partitioner_from_spec,
 )
+from arrowshuffle.writers.vacuum import VacuumReport, vacuum
 
 __version__ = "0.1.0"
 
@@ -52,6 +53,7 @@ __all__ = [
     "ShuffleFileWriter",
     "ShuffleIOError",
     "UnsupportedVersionError",
+    "VacuumReport",
     "ValidationReport",
     "WrittenFile",
     "__version__",
@@ -62,6 +64,7 @@ __all__ = [
     "open_file",
     "partitioner_from_spec",
     "set_default_memory_pool",
+    "vacuum",
     "validate_dataset",
     "validate_file",
     "write",

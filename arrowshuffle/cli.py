@@ -1,4 +1,4 @@
-"""The ``arrowshuffle`` command: validate, inspect and read shuffle files and datasets.
+"""The ``arrowshuffle`` command: validate, inspect, read and vacuum shuffle files and datasets.
 
 Exit status: 0 when everything is valid, 1 when a file breaks a rule of the format, 2 for a
 usage error or a storage problem. Errors are one line on stderr, never a traceback (set
@@ -8,6 +8,9 @@ A PATH of ``validate`` or ``inspect`` may be a dataset (a directory or URL holdi
 ``_arrowshuffle_manifest.json``): it is validated against the manifest rules and every listed
 file's rules, or inspected as a whole. Work over several files shows a progress bar on stderr
 when stderr is a terminal, and nothing when it is piped.
+
+``vacuum`` removes what failed writers left in a dataset directory: exit 0 when done, 1 when the
+manifest cannot be decoded, 2 when there is no manifest or an object could not be removed.
 """
 
 from __future__ import annotations
@@ -28,19 +31,24 @@ from arrowshuffle._progress import ProgressBar
 from arrowshuffle._storage import INDEX_SUFFIX, resolve
 from arrowshuffle.format.errors import ArrowShuffleError, FormatError, InvalidOptionError
 from arrowshuffle.format.manifest import MANIFEST_NAME
+from arrowshuffle.format.units import parse_duration
 from arrowshuffle.readers.dataset import ShuffleDataset, open_shuffle
 from arrowshuffle.readers.dataset_layout import dataset_layout, dataset_summary
 from arrowshuffle.readers.file_reader import open_file
+from arrowshuffle.readers.integrity import Verify
 from arrowshuffle.readers.layout import file_layout, layout_summary
 from arrowshuffle.readers.validate import ValidationReport, validate_file
 from arrowshuffle.readers.validate_dataset import DatasetReport, is_dataset, validate_dataset
 from arrowshuffle.writers.dataset_writer import DATA_SUFFIX
+from arrowshuffle.writers.vacuum import DEFAULT_OLDER_THAN, vacuum
 
 EXIT_OK = 0
 EXIT_INVALID = 1
 EXIT_ERROR = 2
 #: Output formats of ``read``, by file extension.
 OUTPUT_FORMATS = {".arrow": "arrow", ".parquet": "parquet", ".csv": "csv"}
+#: ``read --verify`` values, as the readers' ``verify`` argument.
+_VERIFY_CHOICES: dict[str, Verify] = {"auto": "auto", "on": True, "off": False}
 
 
 class _UsageError(Exception):
@@ -112,7 +120,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser = argparse.ArgumentParser(
         prog="arrowshuffle",
-        description="Validate, inspect and read arrowshuffle files (Arrow IPC + index sidecar).",
+        description="Validate, inspect, read and vacuum arrowshuffle files (Arrow IPC + index "
+        "sidecar) and datasets.",
         epilog="Exit status: 0 valid, 1 invalid data, 2 usage or IO error.",
     )
     parser.add_argument(
@@ -155,7 +164,33 @@ def build_parser() -> argparse.ArgumentParser:
     )
     read.add_argument("--columns", metavar="A,B", help="columns to keep, in this order")
     read.add_argument("--out", required=True, metavar="FILE", help="output .arrow/.parquet/.csv")
-    read.add_argument("--verify", action="store_true", help="check chunk checksums while reading")
+    read.add_argument(
+        "--verify",
+        choices=("auto", "on", "off"),
+        nargs="?",
+        const="on",
+        default="auto",
+        help="check chunk checksums while reading: auto (the default) on object stores only, "
+        "on (also plain --verify) or off",
+    )
+
+    vacuum_cmd = commands.add_parser(
+        "vacuum",
+        parents=[common],
+        help="remove temporary and unlisted files that failed writers left in a dataset",
+    )
+    vacuum_cmd.add_argument("path", metavar="PATH", help="a dataset directory or URL")
+    vacuum_cmd.add_argument(
+        "--older-than",
+        default=DEFAULT_OLDER_THAN,
+        metavar="AGE",
+        help="leave objects modified more recently, e.g. 30s, 15m, 1h, 2d or 0 "
+        f"(default {DEFAULT_OLDER_THAN})",
+    )
+    vacuum_cmd.add_argument(
+        "--dry-run", action="store_true", help="only print what would be removed"
+    )
+    vacuum_cmd.add_argument("--json", action="store_true", help="print a JSON object")
     return parser
 
 
@@ -183,8 +218,9 @@ def _validate(args: argparse.Namespace, storage: dict[str, Any], out: TextIO) ->
             reports.append({"path": path, "ok": False, "error": message})
             continue
         bar.update(done + 1, path)
-        kind = {} if isinstance(report, DatasetReport) else {"kind": "file"}
-        reports.append({"path": path, **kind, **report.to_dict(), "error": None})
+        if args.json:  # a dataset's report can list hundreds of thousands of files
+            kind = {} if isinstance(report, DatasetReport) else {"kind": "file"}
+            reports.append({"path": path, **kind, **report.to_dict(), "error": None})
         if not report.ok and status == EXIT_OK:
             status = EXIT_INVALID
         if not args.json:
@@ -409,7 +445,8 @@ def _read(args: argparse.Namespace, storage: dict[str, Any], out: TextIO) -> int
                     f"{schema.names}"
                 )
             schema = pa.schema([schema.field(c) for c in columns], metadata=schema.metadata)
-        batches = shuffle_file.iter_batches(selection, columns=columns, verify=args.verify)
+        verify = _VERIFY_CHOICES[args.verify]
+        batches = shuffle_file.iter_batches(selection, columns=columns, verify=verify)
         with _published(args.out) as temp:
             writer = _open_writer(kind, temp, schema)
             try:
@@ -420,6 +457,39 @@ def _read(args: argparse.Namespace, storage: dict[str, Any], out: TextIO) -> int
                 writer.close()
     print(f"wrote {rows} rows to {args.out}", file=out)
     return EXIT_OK
+
+
+def _vacuum(args: argparse.Namespace, storage: dict[str, Any], out: TextIO) -> int:
+    try:
+        older_than = parse_duration(args.older_than, name="--older-than")
+        report = vacuum(
+            args.path, older_than=older_than, dry_run=args.dry_run, storage_options=storage
+        )
+    except (ArrowShuffleError, OSError) as exc:
+        if args.json:  # machines get an object on stdout too; main() prints the error line
+            refused = {"url": args.path, "ok": False, "dry_run": args.dry_run, "removed": []}
+            json.dump({**refused, "error": _one_line(exc)}, out, indent=1)
+            out.write("\n")
+        raise
+    for name, reason in report.failed:
+        _error(f"ERROR could not remove {report.url.rstrip('/')}/{name}: {reason}")
+    status = EXIT_OK if report.ok else EXIT_ERROR
+    if args.json:
+        json.dump({**report.to_dict(), "error": None}, out, indent=1)
+        out.write("\n")
+        return status
+    verb = "would remove" if report.dry_run else "removed"
+    for name in report.removed:
+        print(f"{verb} {report.url.rstrip('/')}/{name}", file=out)
+    count = len(report.removed)
+    summary = f"{verb} {count} {'object' if count == 1 else 'objects'}"
+    if report.recent:
+        summary += f", kept {len(report.recent)} modified within {args.older_than}"
+    if report.failed:
+        summary += f", {len(report.failed)} could not be removed"
+    title = "dry run of" if report.dry_run else "vacuumed"
+    print(f"{title} {report.url}: {summary}", file=out)
+    return status
 
 
 # ---------------------------------------------------------------------- entry point
@@ -441,7 +511,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except SystemExit as exc:  # --help, --version or a usage error already printed
         return int(exc.code or 0) if isinstance(exc.code, int) else EXIT_ERROR
     storage = dict(args.storage_option)
-    commands = {"validate": _validate, "inspect": _inspect, "read": _read}
+    commands = {"validate": _validate, "inspect": _inspect, "read": _read, "vacuum": _vacuum}
     try:
         return commands[args.command](args, storage, sys.stdout)
     except BrokenPipeError:

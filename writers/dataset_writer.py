@@ -218,11 +218,13 @@ def abort_dataset(
 
 
 def _check_unique(files: tuple[ManifestFile, ...], url: str) -> None:
-    names = [f.data for f in files]
-    if len(set(names)) != len(names):
-        duplicate = next(n for n in names if names.count(n) > 1)
+    seen: set[str] = set()
+    for name in (f.data for f in files):
+        if name not in seen:
+            seen.add(name)
+            continue
         raise InvalidOptionError(
-            f"cannot commit to {url}: file {duplicate} would be listed twice (committed again?)"
+            f"cannot commit to {url}: file {name} would be listed twice (committed again?)"
         )
 
 
