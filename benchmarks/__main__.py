@@ -41,7 +41,7 @@ from benchmarks.report import (
 )
 
 ROOT = Path(__file__).resolve().parent.parent
-BENCHMARKS = ("format", "partitioners", "reads", "spark")
+BENCHMARKS = ("format", "partitioners", "kernels", "reads", "spark")
 SIZES = ("small", "medium", "large")
 #: Repeats per size when --repeats is not given.
 DEFAULT_REPEATS = {"small": 3, "medium": 5, "large": 5}
@@ -51,6 +51,7 @@ DEFAULT_TIMEOUT = {"small": 900, "medium": 3600, "large": 6 * 3600}
 REPEAT_FLAG = {
     "format": "--repeats",
     "partitioners": "--repeats",
+    "kernels": "--repeats",
     "reads": "--repeat",
     "spark": "--repeats",
 }
@@ -63,6 +64,8 @@ SIZE_FLAGS: dict[str, dict[str, list[str]]] = {
     "small": {
         "format": ["--rows", "200000", "--subpartitions", "32", "--memory", "4MiB"],
         "partitioners": ["--rows", "262144", "--size", "64MiB", "--pool", "16MiB"],
+        # The kernels' figures are defined at these sizes: seconds, even on 2 cores.
+        "kernels": ["--rows", "2000000", "--writer-rows", "4000000"],
         "reads": [
             "--rows", "200000", "--files", "4", "--subpartitions", "32",
             "--region-bytes", str(1 * MiB), "--samples", "4",
@@ -75,12 +78,14 @@ SIZE_FLAGS: dict[str, dict[str, list[str]]] = {
     "medium": {
         "format": ["--rows", "2000000", "--subpartitions", "64", "--memory", "64MiB"],
         "partitioners": ["--rows", "2000000", "--size", "256MiB", "--pool", "64MiB"],
+        "kernels": ["--rows", "2000000", "--writer-rows", "4000000"],
         "reads": ["--rows", "2000000", "--files", "8", "--subpartitions", "64"],
         "spark": ["--rows", "1000000", "--subpartitions", "16", "--files", "4"],
     },
     "large": {
         "format": ["--rows", "10000000", "--subpartitions", "256", "--memory", "256MiB"],
         "partitioners": ["--rows", "10000000", "--size", "2GiB", "--pool", "256MiB"],
+        "kernels": ["--rows", "10000000", "--writer-rows", "10000000"],
         "reads": [
             "--rows", "10000000", "--files", "16", "--subpartitions", "256",
             "--region-bytes", str(16 * MiB), "--s3-rows", "1000000",
@@ -356,6 +361,12 @@ NOTES = """## What each benchmark measures
   batches as polars `Series.hash` (one key) or `DataFrame.hash_rows` (two keys); then a child
   process streams generated rows through `write()` with a `MemoryPool` and reports its peak RSS
   growth and Arrow's peak allocation next to the pool's size.
+* `kernels` (`benchmarks/bench_kernels.py`): Spark's hash (the `hash` partitioner, `pmod(hash(keys),
+  64)`) of int64, string and int64+string keys in batches of 65536 rows against polars
+  `Series.hash` / `DataFrame.hash_rows` of the same batches, both on every core (the thread counts
+  are in the measure); and `ShuffleFileWriter.write(batch, subpartitions=ids)` of 4M rows
+  (int64, float64, string) against a plain `pyarrow.ipc` write of the same batches. Each repeat runs
+  both sides back to back, alternating which goes first.
 * `reads` (`benchmarks/bench_reads.py`): one subpartition of a multi-file dataset read with
   arrowshuffle (pyarrow and polars), with polars `scan_ipc(...).filter(...)` over the same data
   files, and from a hive-partitioned Parquet copy (polars and pyarrow); then the same on moto's S3

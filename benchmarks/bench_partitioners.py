@@ -339,9 +339,14 @@ def main(argv: list[str] | None = None) -> None:
     print_table(results, memory)
     import polars as pl
 
+    from arrowshuffle.writers._threads import num_threads
+
+    threads = {"arrowshuffle": num_threads(), "polars": pl.thread_pool_size()}
+    print(f"\nthreads: arrowshuffle {threads['arrowshuffle']}, polars {threads['polars']}")
     report = {
         "benchmark": "partitioners",
         "settings": {
+            "threads": threads,
             "rows": args.rows,
             "repeats": args.repeats,
             "batch_rows": BATCH_ROWS,

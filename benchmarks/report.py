@@ -163,6 +163,34 @@ def partitioner_figures(doc: dict[str, Any]) -> Iterator[Figure]:
         )
 
 
+def kernel_figures(doc: dict[str, Any]) -> Iterator[Figure]:
+    """bench_kernels: Spark's hash vs polars' hash; the writer with ids vs a plain IPC write."""
+    threads = doc["settings"]["threads"]
+    ours_threads = f"{threads['arrowshuffle']} threads"
+    for r in doc["hash"]:
+        yield Figure(
+            "kernels",
+            f"hash {r['rows']:,} rows, {r['key_set']} key ({ours_threads}, polars "
+            f"{threads['polars']}): {r['x_polars']:.2f}x polars' rows/s",
+            "s",
+            r["ours"]["name"],
+            Stat.of(r["ours"]),
+            r["peer"]["name"],
+            Stat.of(r["peer"]),
+        )
+    w = doc["writer"]
+    yield Figure(
+        "kernels",
+        f"writer with ids given, {w['rows'] / 1e6:g}M rows int64/float64/string "
+        f"({ours_threads}): {w['x_plain']:.2f}x plain IPC's rows/s",
+        "s",
+        w["ours"]["name"],
+        Stat.of(w["ours"]),
+        w["peer"]["name"],
+        Stat.of(w["peer"]),
+    )
+
+
 LOCAL_PEERS = ("polars scan_ipc + filter", "hive parquet (polars)", "hive parquet (pyarrow)")
 
 
@@ -263,6 +291,7 @@ def spark_figures(doc: dict[str, Any]) -> Iterator[Figure]:
 EXTRACTORS: dict[str, Callable[[dict[str, Any]], Iterator[Figure]]] = {
     "format": format_figures,
     "partitioners": partitioner_figures,
+    "kernels": kernel_figures,
     "reads": reads_figures,
     "spark": spark_figures,
 }

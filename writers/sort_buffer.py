@@ -1,9 +1,11 @@
 """The in-memory sort buffer of a writer: rows grouped by subpartition, bounded in bytes.
 
-Each incoming batch is stably sorted by subpartition once, on arrival (one vectorized ``take``),
-and its per-subpartition row counts are kept. Emitting a region then walks subpartitions in
-order and gathers zero-copy slices of the buffered batches: no second copy of the buffer is
-ever made, which keeps peak memory at the buffer plus one output batch.
+Each incoming batch is stably sorted by subpartition once, on arrival, and its
+per-subpartition row counts are kept. A large batch is cut into one row range per thread and
+the ranges are sorted at once (Arrow's counting sort and ``take`` release the GIL); each range
+is buffered as a batch of its own. Emitting a region then walks subpartitions in order and
+gathers zero-copy slices of the buffered batches: no second copy of the buffer is ever made,
+which keeps peak memory at the buffer plus one output batch.
 """
 
 from __future__ import annotations
@@ -13,6 +15,12 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
+
+from arrowshuffle.writers._threads import parallel_map, row_ranges
+
+#: The fewest rows a thread sorts: below that the hand-off costs more than it saves.
+MIN_ROWS_PER_THREAD = 8 * 1024
 
 
 @dataclass
@@ -26,17 +34,35 @@ class SortBuffer:
     rows: int = 0
 
     def add(self, batch: pa.RecordBatch, subpartitions: np.ndarray) -> None:
-        """Add a batch whose row ``i`` belongs to subpartition ``subpartitions[i]``."""
-        if batch.num_rows == 0:
+        """Add a batch whose row ``i`` belongs to subpartition ``subpartitions[i]``.
+
+        ``subpartitions`` is an integer array with values in ``[0, num_subpartitions)``.
+        """
+        rows = batch.num_rows
+        if rows == 0:
             return
-        counts = np.bincount(subpartitions, minlength=self.num_subpartitions)
-        if not np.all(subpartitions[1:] >= subpartitions[:-1]):
-            order = np.argsort(_narrow(subpartitions, self.num_subpartitions), kind="stable")
-            batch = batch.take(pa.array(order))
-        self.batches.append(batch)
-        self.counts.append(counts)
-        self.nbytes += batch.nbytes
-        self.rows += batch.num_rows
+        ids = _narrow(subpartitions, self.num_subpartitions)
+        ranges = row_ranges(rows, MIN_ROWS_PER_THREAD)
+        sorted_parts = parallel_map(lambda r: self._sort(batch, ids, r[0], r[1]), ranges)
+        for part, counts in sorted_parts:
+            self.batches.append(part)
+            self.counts.append(counts)
+            self.nbytes += part.nbytes
+        self.rows += rows
+
+    def _sort(
+        self, batch: pa.RecordBatch, ids: np.ndarray, start: int, stop: int
+    ) -> tuple[pa.RecordBatch, np.ndarray]:
+        """Rows ``start:stop`` of ``batch`` stably sorted by subpartition, and their counts."""
+        if start or stop != batch.num_rows:
+            batch = batch.slice(start, stop - start)
+        part = ids[start:stop]
+        counts = np.bincount(part, minlength=self.num_subpartitions)
+        if not np.all(part[1:] >= part[:-1]):
+            # Arrow's stable sort of a narrow integer range is a counting sort.
+            order = pc.array_sort_indices(pa.array(part))
+            batch = batch.take(order)
+        return batch, counts
 
     def __bool__(self) -> bool:
         return bool(self.batches)
@@ -92,13 +118,9 @@ def _combine(pieces: list[pa.RecordBatch]) -> pa.RecordBatch:
 
 
 def _narrow(ids: np.ndarray, num_subpartitions: int) -> np.ndarray:
-    """Ids in the smallest unsigned type that holds them.
-
-    numpy's stable sort of uint8/uint16 is a radix sort, several times faster than its merge
-    sort of int64.
-    """
+    """Ids in the smallest unsigned type that holds them: sorting and counting read less."""
     if num_subpartitions <= 1 << 8:
-        return ids.astype(np.uint8)
+        return ids.astype(np.uint8, copy=False)
     if num_subpartitions <= 1 << 16:
-        return ids.astype(np.uint16)
-    return ids
+        return ids.astype(np.uint16, copy=False)
+    return ids.astype(np.int64, copy=False)

@@ -32,15 +32,24 @@
 Every other type (lists, structs, maps, time of day, intervals, ``float16``, decimals above
 precision 38) raises :class:`~arrowshuffle.format.errors.InvalidOptionError`.
 
-Arithmetic is done on ``uint32`` arrays, whose products and sums wrap modulo 2**32 exactly as
-Java's ``int`` does.
+When numba is installed (``pip install arrowshuffle[fast]``), the per-type kernels are compiled
+loops (:mod:`arrowshuffle.writers._jit`), several times faster; otherwise they are numpy
+passes, with the same results bit for bit. ``ARROWSHUFFLE_JIT=0`` picks the numpy kernels.
 
-Bytes are hashed one block position at a time across many rows: the rows are ordered by their
-number of 4-byte blocks, most first, so that the rows that have a block ``j`` are a prefix of
-that order. Each block position is a dozen numpy calls over the rows that have it, so a pass
-costs its total blocks plus about ten microseconds per block of its longest value. Values
-longer than 256 bytes are hashed in passes of their own, so that a few long keys among many
-short ones cost little; a key of megabytes still takes seconds.
+The numpy kernels work in place on ``uint32`` arrays, whose products and sums wrap modulo
+2**32 exactly as Java's ``int`` does; no pass widens to 64 bits, and scratch arrays are reused
+from step to step. Rows are hashed in steps of a few thousand, all key columns of a step one
+after the other, so that a step's arrays stay in the CPU cache. A large batch is cut into one
+row range per thread (see :mod:`arrowshuffle.writers._threads`): compiled kernels, numpy's
+ufuncs and Arrow's sort release the GIL.
+
+The numpy kernel hashes bytes one block position at a time across the rows of a step, the rows
+ordered by their number of 4-byte blocks, most first (Arrow's counting sort), so that the rows
+that have a block ``j`` are a prefix of that order; then the 0-3 leftover bytes, one position
+at a time, blended into the rows that have them. Words are gathered from an aligned table of
+the step's bytes at each of the four byte phases. Values longer than 256 bytes are hashed
+afterwards in one pass of their own over just their rows, so that a few long keys among many
+short ones cost little; a key of megabytes still takes seconds without numba.
 
 :func:`flink_murmur_hash` is Flink's ``MathUtils.murmurHash(int)``, which
 ``KeyGroupRangeAssignment`` applies to a key's hash code to pick its key group.
@@ -48,13 +57,21 @@ short ones cost little; a key of megabytes still takes seconds.
 
 from __future__ import annotations
 
+import bisect
+import threading
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.types as pat
+from numpy.typing import DTypeLike
 
 from arrowshuffle.format.errors import InvalidOptionError
+from arrowshuffle.writers import _jit
+from arrowshuffle.writers._threads import parallel_map, row_ranges
 
 __all__ = ["flink_murmur_hash", "spark_hash", "spark_partition_ids"]
 
@@ -62,6 +79,7 @@ _U32 = np.uint32
 _C1 = _U32(0xCC9E2D51)
 _C2 = _U32(0x1B873593)
 _H_ADD = _U32(0xE6546B64)
+_FIVE = _U32(5)
 _FMIX1 = _U32(0x85EBCA6B)
 _FMIX2 = _U32(0xC2B2AE35)
 _FLOAT_NAN_BITS = np.uint32(0x7FC00000)
@@ -72,10 +90,14 @@ _INT32_MIN = -(2**31)
 _INT32_MAX = 2**31 - 1
 _TIME_UNIT_MICROS = {"s": 1_000_000, "ms": 1_000, "us": 1}
 _MILLIS_PER_DAY = 86_400_000
-#: Rows hashed per numpy pass: small enough that a pass's arrays stay in the CPU cache.
-_ROWS_PER_STEP = 1 << 16
-#: Values longer than this are hashed apart from the rest (see :func:`_hash_bytes`).
+#: Rows hashed per step: small enough that a step's arrays stay in the CPU cache.
+_ROWS_PER_STEP = 1 << 14
+#: The fewest rows a thread is handed: below that the hand-off costs more than it saves.
+_MIN_ROWS_PER_THREAD = 1 << 14
+#: Values longer than this are hashed apart from the rest (see the module docstring).
 _LONG_VALUE_BYTES = 256
+#: Bytes up to which a step's data is copied into an aligned word table (see _word_source).
+_WORD_TABLE_BYTES = 8 << 20
 
 _INT_DTYPES: dict[pa.DataType, type[np.integer]] = {
     pa.int8(): np.int8,
@@ -87,154 +109,299 @@ _INT_DTYPES: dict[pa.DataType, type[np.integer]] = {
     pa.uint16(): np.uint16,
 }
 
+#: The running hash a kernel starts from: one value for every row (the seed of the first key
+#: column), or the array the kernel writes to (the hash after the previous columns).
+_Seed = np.ndarray | np.uint32
+
+#: Scratch arrays larger than this are not kept between steps.
+_SCRATCH_MAX_BYTES = 32 << 20
+
+
+class _Scratch(threading.local):
+    """Per-thread arrays reused from step to step, by name.
+
+    Fresh arrays of a few hundred KiB come from ``mmap`` or a heap that is trimmed again on
+    ``free``: every step would pay their page faults, which cost as much as the hashing.
+    """
+
+    def __init__(self) -> None:
+        self.buffers: dict[str, np.ndarray] = {}
+
+    def get(self, name: str, count: int, dtype: DTypeLike) -> np.ndarray:
+        """``count`` elements of ``dtype``, uninitialized; valid until ``name`` is asked again."""
+        size = count * np.dtype(dtype).itemsize
+        if size > _SCRATCH_MAX_BYTES:
+            return np.empty(count, dtype=dtype)
+        buffer = self.buffers.get(name)
+        if buffer is None or buffer.nbytes < size:
+            buffer = np.empty(max(size, 64), dtype=np.uint8)
+            self.buffers[name] = buffer
+        return buffer[:size].view(dtype)
+
+
+_scratch = _Scratch()
+
 # --- Murmur3 x86_32 building blocks, in place on uint32 arrays this module owns -------------
+# ``tmp`` is scratch of the same length: rotations and the finalizer need one operand more.
 
 
-def _rotl_inplace(x: np.ndarray, r: int) -> np.ndarray:
-    high = x >> (32 - r)
-    x <<= r
-    x |= high
-    return x
+def _rotl_inplace(x: np.ndarray, r: int, tmp: np.ndarray) -> None:
+    np.right_shift(x, _U32(32 - r), out=tmp)
+    np.left_shift(x, _U32(r), out=x)
+    np.bitwise_or(x, tmp, out=x)
 
 
-def _mix_k1_inplace(k: np.ndarray) -> np.ndarray:
-    k *= _C1
-    _rotl_inplace(k, 15)
-    k *= _C2
-    return k
+def _mix_k1_inplace(k: np.ndarray, tmp: np.ndarray) -> None:
+    np.multiply(k, _C1, out=k)
+    _rotl_inplace(k, 15, tmp)
+    np.multiply(k, _C2, out=k)
 
 
-def _mix_h1_inplace(h: np.ndarray, k1: np.ndarray) -> np.ndarray:
-    """``h`` becomes mixH1(h, k1); ``h`` is modified and returned."""
-    h ^= k1
-    _rotl_inplace(h, 13)
-    h *= _U32(5)
-    h += _H_ADD
-    return h
+def _mix_h1_inplace(h: np.ndarray, k1: np.ndarray, tmp: np.ndarray) -> None:
+    """``h`` becomes mixH1(h, k1)."""
+    np.bitwise_xor(h, k1, out=h)
+    _round_tail_inplace(h, tmp)
 
 
-def _fmix_inplace(h: np.ndarray, length: np.ndarray | np.uint32) -> np.ndarray:
-    h ^= length
-    h ^= h >> 16
-    h *= _FMIX1
-    h ^= h >> 13
-    h *= _FMIX2
-    h ^= h >> 16
-    return h
+def _round_tail_inplace(h: np.ndarray, tmp: np.ndarray) -> None:
+    """The part of mixH1 after ``h ^= k1``: ``h = rotl(h, 13) * 5 + 0xe6546b64``."""
+    _rotl_inplace(h, 13, tmp)
+    np.multiply(h, _FIVE, out=h)
+    np.add(h, _H_ADD, out=h)
 
 
-def _hash_int(seed: np.ndarray, values: np.ndarray) -> np.ndarray:
-    """Murmur3 ``hashInt`` of int32-valued ``values`` (any integer dtype) row by row."""
-    h = _mix_k1_inplace(values.astype(np.int32, copy=True).view(_U32))
-    # h ^= seed is symmetric, so the mixed block can carry the running hash from here on.
-    _mix_h1_inplace(h, seed)
-    return _fmix_inplace(h, _U32(4))
+def _fmix_inplace(h: np.ndarray, length: np.ndarray | np.uint32, tmp: np.ndarray) -> None:
+    np.bitwise_xor(h, length, out=h)
+    np.right_shift(h, _U32(16), out=tmp)
+    np.bitwise_xor(h, tmp, out=h)
+    np.multiply(h, _FMIX1, out=h)
+    np.right_shift(h, _U32(13), out=tmp)
+    np.bitwise_xor(h, tmp, out=h)
+    np.multiply(h, _FMIX2, out=h)
+    np.right_shift(h, _U32(16), out=tmp)
+    np.bitwise_xor(h, tmp, out=h)
 
 
-def _hash_long(seed: np.ndarray, values: np.ndarray) -> np.ndarray:
-    """Murmur3 ``hashLong`` of int64-valued ``values``: low word first, then high word."""
-    if values.dtype != np.uint64:
-        values = values.astype(np.int64, copy=False)
-    longs = values.view(np.uint64)
-    h = _mix_k1_inplace(longs.astype(_U32))
-    _mix_h1_inplace(h, seed)
-    high = _mix_k1_inplace((longs >> np.uint64(32)).astype(_U32))
-    _mix_h1_inplace(h, high)
-    return _fmix_inplace(h, _U32(8))
+def _seeds(seed: _Seed, out: np.ndarray) -> np.ndarray:
+    """The running hash as an array apart from ``out``.
+
+    A compiled loop is vectorized only over arrays that cannot alias.
+    """
+    seeds = _scratch.get("jit.seeds", len(out), _U32)
+    if isinstance(seed, np.uint32):
+        seeds.fill(seed)
+    else:
+        np.copyto(seeds, seed)
+    return seeds
+
+
+def _hash_int(seed: _Seed, values: np.ndarray, out: np.ndarray) -> None:
+    """Murmur3 ``hashInt`` of int32-valued ``values`` (any integer dtype) into ``out``."""
+    jit = _jit.kernels()
+    if jit is not None:
+        jit.hash_int(_seeds(seed, out), values, out)
+        return
+    rows = len(values)
+    k = _scratch.get("int.k", rows, _U32)
+    tmp = _scratch.get("int.tmp", rows, _U32)
+    if values.dtype.itemsize == 4:
+        np.multiply(values.view(_U32), _C1, out=k)
+    else:
+        np.copyto(k.view(np.int32), values, casting="unsafe")  # sign-extends, as Java does
+        np.multiply(k, _C1, out=k)
+    _rotl_inplace(k, 15, tmp)
+    np.multiply(k, _C2, out=k)
+    np.bitwise_xor(k, seed, out=out)
+    _round_tail_inplace(out, tmp)
+    _fmix_inplace(out, _U32(4), tmp)
+
+
+def _hash_long(seed: _Seed, values: np.ndarray, out: np.ndarray) -> None:
+    """Murmur3 ``hashLong`` of int64-valued ``values`` into ``out``: low word, then high word."""
+    rows = len(values)
+    longs = values.view(np.uint64) if values.dtype.itemsize == 8 else values.astype(np.uint64)
+    jit = _jit.kernels()
+    if jit is not None:
+        jit.hash_long(_seeds(seed, out), longs, out)
+        return
+    # Row 0 of k: the low words; row 1: the high words. Casts and shifts from 64 to 32 bits
+    # are vectorized, unlike a strided view of the 32-bit halves.
+    flat = _scratch.get("long.k", 2 * rows, _U32)
+    k = flat.reshape(2, rows)
+    np.copyto(k[0], longs, casting="unsafe")
+    np.right_shift(longs, np.uint64(32), out=k[1], casting="unsafe")
+    tmp = _scratch.get("long.tmp", 2 * rows, _U32)
+    _mix_k1_inplace(flat, tmp)  # both words of every row in one set of passes
+    tmp = tmp[:rows]
+    np.bitwise_xor(k[0], seed, out=out)
+    _round_tail_inplace(out, tmp)
+    _mix_h1_inplace(out, k[1], tmp)
+    _fmix_inplace(out, _U32(8), tmp)
 
 
 def _hash_bytes(
-    seed: np.ndarray, data: np.ndarray, starts: np.ndarray, lengths: np.ndarray
-) -> np.ndarray:
-    """Spark's ``hashUnsafeBytes`` of ``data[starts[i]:starts[i] + lengths[i]]`` for every row.
+    seed: _Seed,
+    data: np.ndarray,
+    span: tuple[int, int],
+    starts: np.ndarray,
+    lengths: np.ndarray,
+    out: np.ndarray,
+) -> None:
+    """Spark's ``hashUnsafeBytes`` of ``data[starts[i]:starts[i] + lengths[i]]`` into ``out``.
 
-    Short values are hashed a fixed number of rows per pass, so that what a pass touches stays
-    in the CPU cache. Long values are hashed together in one pass of their own, so that the
-    block positions of the longest value are walked once, not once per pass of short values.
+    First the 4-byte blocks, one block position at a time across the rows that have it, then
+    the 0-3 leftover bytes, one position at a time across the rows that have it: the rows are
+    ordered by their number of blocks (leftover bytes), most first, so that the rows of a
+    position are a prefix of that order.
 
     Args:
-        seed: the running hash per row (uint32).
-        data: the byte buffer the values live in (uint8).
+        seed: the running hash (see :data:`_Seed`).
+        data: the bytes the values live in (uint8).
+        span: ``(lo, hi)``: every value lies in ``data[lo:hi]``.
         starts: where each value begins in ``data`` (int64).
-        lengths: each value's length in bytes (int64).
+        lengths: each value's length in bytes (any integer dtype).
+        out: the hash of every row (uint32).
     """
-    is_long = lengths > _LONG_VALUE_BYTES
-    if not is_long.any():
-        return _hash_short_values(seed, data, starts, lengths)
-    long_rows = np.flatnonzero(is_long)
-    short_rows = np.flatnonzero(~is_long)
-    out = np.empty(len(starts), dtype=_U32)
-    out[short_rows] = _hash_short_values(
-        seed[short_rows], data, starts[short_rows], lengths[short_rows]
-    )
-    out[long_rows] = _hash_bytes_block_major(
-        seed[long_rows], data, starts[long_rows], lengths[long_rows]
-    )
-    return out
-
-
-def _hash_short_values(
-    seed: np.ndarray, data: np.ndarray, starts: np.ndarray, lengths: np.ndarray
-) -> np.ndarray:
-    out = np.empty(len(starts), dtype=_U32)
-    for lo in range(0, len(starts), _ROWS_PER_STEP):
-        hi = lo + _ROWS_PER_STEP
-        out[lo:hi] = _hash_bytes_block_major(seed[lo:hi], data, starts[lo:hi], lengths[lo:hi])
-    return out
-
-
-def _hash_bytes_block_major(
-    seed: np.ndarray, data: np.ndarray, starts: np.ndarray, lengths: np.ndarray
-) -> np.ndarray:
-    """``hashUnsafeBytes`` for every row, one block position at a time across all rows."""
     rows = len(starts)
     if rows == 0:
-        return seed.copy()
-    blocks = lengths >> 2
+        return
+    jit = _jit.kernels()
+    if jit is not None:
+        jit.hash_bytes(_seeds(seed, out), data, starts, lengths, out)
+        return
+    blocks = np.right_shift(lengths, 2, out=_scratch.get("bytes.blocks", rows, lengths.dtype))
+    leftovers = np.bitwise_and(lengths, 3, out=_scratch.get("bytes.left", rows, lengths.dtype))
+    source, first, stride = _word_source(data, span[0], span[1], starts)
+    tmp = _scratch.get("bytes.tmp", rows, _U32)
     max_blocks = int(blocks.max())
-    h: np.ndarray
+    max_leftover = int(leftovers.max())
+
+    order: np.ndarray | None = None
     if max_blocks and int(blocks.min()) != max_blocks:
-        # Most blocks first, so that the rows that have a block j are the first active[j] rows.
-        key = max_blocks - blocks
-        if max_blocks < 1 << 16:
-            key = key.astype(np.uint16)  # numpy sorts 16-bit keys stably with a radix sort
-        order = np.argsort(key, kind="stable")
-        active = rows - np.cumsum(np.bincount(blocks, minlength=max_blocks))
-        h = seed[order]
-        position = starts[order]
-        lengths = lengths[order]
+        order = _most_first(blocks, max_blocks)
+        h = _scratch.get("bytes.h", rows, _U32)
+        if isinstance(seed, np.uint32):
+            h.fill(seed)
+        else:
+            np.take(seed, order, out=h, mode="clip")
+        index = np.take(first, order, out=_scratch.get("bytes.index", rows, np.int64), mode="clip")
+        live = _rows_above(blocks, max_blocks)
+        if max_leftover:
+            sorted_leftovers = _scratch.get("bytes.left2", rows, leftovers.dtype)
+            np.take(leftovers, order, out=sorted_leftovers, mode="clip")
+            leftovers = sorted_leftovers
     else:
-        order = None
-        active = np.full(max_blocks, rows)
-        h = seed.copy()
-        position = starts.copy()
+        if isinstance(seed, np.uint32):
+            out.fill(seed)
+        elif seed is not out:
+            np.copyto(out, seed)
+        h = out
+        index = first  # the kernel's own: _word_source made it
+        live = [rows] * max_blocks
+    k1_all = _scratch.get("bytes.k1", rows, _U32)
+    for j in range(max_blocks):
+        active = live[j]
+        at = index[:active]
+        k1 = np.take(source, at, out=k1_all[:active], mode="clip")
+        np.add(at, stride, out=at)
+        _mix_k1_inplace(k1, tmp[:active])
+        _mix_h1_inplace(h[:active], k1, tmp[:active])
 
-    if max_blocks:
-        # words[i] is the little-endian int at byte i: an unaligned, overlapping view of data.
-        words = np.ndarray(shape=(len(data) - 3,), dtype="<u4", buffer=data, strides=(1,))
-        for j in range(max_blocks):
-            live = int(active[j])
-            k1 = words[position[:live]].astype(_U32, copy=False)
-            _mix_h1_inplace(h[:live], _mix_k1_inplace(k1))
-            position[:live] += 4
+    if max_leftover:
+        # index is now at each value's first leftover byte: that word holds all of them.
+        tail_words = np.take(source, index, out=_scratch.get("bytes.tail", rows, _U32), mode="clip")
+        min_leftover = int(leftovers.min())
+        mixed = _scratch.get("bytes.mixed", rows, _U32)
+        keep = _scratch.get("bytes.keep", rows, _U32)
+        for t in range(max_leftover):
+            # Spark's tail rule: each leftover byte, sign-extended, gets a whole mixing round.
+            k1 = np.left_shift(tail_words, _U32(24 - 8 * t), out=k1_all)
+            np.right_shift(k1.view(np.int32), 24, out=k1.view(np.int32))
+            _mix_k1_inplace(k1, tmp)
+            if t < min_leftover:
+                _mix_h1_inplace(h, k1, tmp)
+                continue
+            # Only the rows with a byte t take the round: h ^= (mixed ^ h) & (all ones where).
+            np.bitwise_xor(h, k1, out=mixed)
+            _round_tail_inplace(mixed, tmp)
+            np.bitwise_xor(mixed, h, out=mixed)
+            np.greater(leftovers, t, out=keep, casting="unsafe")
+            np.negative(keep, out=keep)
+            np.bitwise_and(mixed, keep, out=mixed)
+            np.bitwise_xor(h, mixed, out=h)
 
-    # position now points at each value's 0-3 leftover bytes.
-    tails = lengths & 3
-    signed_bytes = data.view(np.int8)
-    for t in range(3):
-        rows_with_byte = np.flatnonzero(tails > t)
-        if rows_with_byte.size == 0:
-            break
-        # Spark's tail rule: each leftover byte, sign-extended, gets a whole mixing round.
-        tail_byte = signed_bytes[position[rows_with_byte] + t].astype(np.int32).view(_U32)
-        h[rows_with_byte] = _mix_h1_inplace(h[rows_with_byte], _mix_k1_inplace(tail_byte))
+    if order is not None:
+        out[order] = h
+    length_words = k1_all
+    np.copyto(length_words, lengths, casting="unsafe")
+    _fmix_inplace(out, length_words, tmp)
 
-    _fmix_inplace(h, lengths.astype(_U32))
-    if order is None:
-        return h
-    out = np.empty_like(h)
-    out[order] = h
-    return out
+
+def _rows_above(counts: np.ndarray, most: int) -> list[int]:
+    """``[number of rows with counts > j for j in range(most)]``."""
+    if most <= 8:
+        above = _scratch.get("bytes.above", len(counts), np.bool_)
+        return [int(np.count_nonzero(np.greater(counts, j, out=above))) for j in range(most)]
+    totals = len(counts) - np.cumsum(np.bincount(counts, minlength=most))
+    return [int(v) for v in totals[:most]]
+
+
+def _word_source(
+    data: np.ndarray, lo: int, hi: int, starts: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, int]:
+    """Where to read the little-endian 4-byte word at any byte of ``data[lo:hi]``.
+
+    Returns ``(source, first, stride)``: the word at byte ``starts[i] + 4 * j`` is
+    ``source[first[i] + stride * j]``; ``first`` is scratch the caller may change. numpy
+    gathers aligned words several times faster than unaligned ones, so modest data becomes an
+    aligned table of four rows, one per byte phase, built with shifts from the aligned words
+    of ``data`` (no ``memcpy``: on some machines it is several times slower than a ufunc for a
+    few hundred KiB). Larger data (long values) is read unaligned.
+    """
+    rows = len(starts)
+    first = _scratch.get("bytes.first", rows, np.int64)
+    if hi - lo > _WORD_TABLE_BYTES or data.ctypes.data % 4:
+        padded = np.zeros(hi - lo + 4, dtype=np.uint8)
+        padded[: hi - lo] = data[lo:hi]
+        # words[i] is the little-endian int at byte i: an unaligned, overlapping view.
+        words = np.ndarray(shape=(hi - lo + 1,), dtype="<u4", buffer=padded, strides=(1,))
+        np.subtract(starts, lo, out=first)
+        return words, first, 4
+    base = lo & ~3
+    needed = (hi - base + 3) // 4  # words that cover every byte of data[lo:hi]
+    whole = max(0, min(needed, (len(data) - base) // 4))  # those that data holds in full
+    width = needed + 1  # and a zero word past the end
+    table = _scratch.get("bytes.table", 4 * width, _U32).reshape(4, width)
+    phase0 = table[0]
+    np.bitwise_or(data[base : base + 4 * whole].view(_U32), _U32(0), out=phase0[:whole])
+    phase0[whole:] = 0
+    if whole < needed:
+        phase0[whole] = int.from_bytes(data[base + 4 * whole : hi].tobytes(), "little")
+    tmp = _scratch.get("bytes.table_tmp", width - 1, _U32)
+    for phase in range(1, 4):
+        row = table[phase]
+        np.right_shift(phase0[:-1], _U32(8 * phase), out=row[:-1])
+        np.left_shift(phase0[1:], _U32(32 - 8 * phase), out=tmp)
+        np.bitwise_or(row[:-1], tmp, out=row[:-1])
+        row[-1] = 0
+    # Byte p of data is byte phase (p - base) % 4 of word (p - base) // 4.
+    relative = np.subtract(starts, base, out=first)
+    column = _scratch.get("bytes.column", rows, np.int64)
+    np.right_shift(relative, 2, out=column)
+    np.bitwise_and(relative, 3, out=first)
+    np.multiply(first, width, out=first)
+    np.add(first, column, out=first)
+    return table.reshape(-1), first, 1
+
+
+def _most_first(counts: np.ndarray, most: int) -> np.ndarray:
+    """Row indices ordered by ``counts`` (at most ``most``), largest first."""
+    if most < 1 << 8:
+        # Arrow sorts a narrow integer range with a counting sort, several times numpy's speed.
+        key = pa.array(counts.astype(np.uint8))
+        order: np.ndarray = pc.array_sort_indices(key, order="descending").to_numpy()
+        return order.view(np.int64)
+    return np.argsort(-counts.astype(np.int64), kind="stable")
 
 
 # --- reading Arrow buffers without copies ---------------------------------------------------
@@ -248,8 +415,9 @@ def _values(arr: pa.Array, dtype: type[np.generic] | str) -> np.ndarray:
 
 def _bits(buf: pa.Buffer, offset: int, length: int) -> np.ndarray:
     """An Arrow bitmap as a bool array of ``length`` entries, starting at bit ``offset``."""
-    raw = np.frombuffer(buf, dtype=np.uint8, count=(offset + length + 7) // 8)
-    return np.unpackbits(raw, bitorder="little", count=offset + length)[offset:].view(np.bool_)
+    first, skip = divmod(offset, 8)
+    raw = np.frombuffer(buf, dtype=np.uint8, count=(skip + length + 7) // 8, offset=first)
+    return np.unpackbits(raw, bitorder="little", count=skip + length)[skip:].view(np.bool_)
 
 
 def _byte_matrix(arr: pa.Array, width: int) -> np.ndarray:
@@ -258,7 +426,7 @@ def _byte_matrix(arr: pa.Array, width: int) -> np.ndarray:
     return raw.reshape(-1, width)[arr.offset :]
 
 
-def _big_integer_bytes(seed: np.ndarray, le: np.ndarray) -> np.ndarray:
+def _big_integer_bytes(seed: _Seed, le: np.ndarray, out: np.ndarray) -> None:
     """``hashUnsafeBytes`` over ``BigInteger.toByteArray()`` of little-endian two's complement rows.
 
     ``toByteArray`` is the shortest big-endian two's complement form: leading bytes that only
@@ -278,12 +446,15 @@ def _big_integer_bytes(seed: np.ndarray, le: np.ndarray) -> np.ndarray:
     lengths = np.argmax(fits, axis=1).astype(np.int64) + 1
     # Row r's big-endian bytes, left-aligned: byte i is le[r, n_r - 1 - i] (i < n_r).
     source = np.clip(lengths[:, None] - 1 - np.arange(width)[None, :], 0, width - 1)
-    big_endian = np.ascontiguousarray(np.take_along_axis(le, source, axis=1))
+    big_endian = np.take_along_axis(le, source, axis=1)
     starts = np.arange(rows, dtype=np.int64) * width
-    return _hash_bytes(seed, big_endian.reshape(-1), starts, lengths)
+    _hash_bytes(seed, big_endian.reshape(-1), (0, rows * width), starts, lengths, out)
 
 
 # --- one Arrow array -----------------------------------------------------------------------
+
+#: Hashes every row of an array as if none were null: ``kernel(seed, arr, out)``.
+_Kernel = Callable[[_Seed, pa.Array, np.ndarray], None]
 
 
 def _unsupported(typ: pa.DataType, index: int, why: str = "") -> InvalidOptionError:
@@ -295,64 +466,93 @@ def _unsupported(typ: pa.DataType, index: int, why: str = "") -> InvalidOptionEr
     )
 
 
-def _hash_binary_like(seed: np.ndarray, arr: pa.Array) -> np.ndarray:
+def _hash_binary_like(
+    seed: _Seed, arr: pa.Array, out: np.ndarray, max_bytes: int | None = None
+) -> None:
+    """Hash string and binary values; with ``max_bytes``, longer values get a wrong hash.
+
+    The long values' rows are hashed again, whole, by :func:`_hash_long_rows`.
+    """
     typ = arr.type
-    if pat.is_string_view(typ) or pat.is_binary_view(typ):
-        target = pa.large_string() if pat.is_string_view(typ) else pa.large_binary()
-        arr = arr.cast(target)
-        typ = target
+    rows = len(arr)
     buffers = arr.buffers()
     if pat.is_fixed_size_binary(typ):
         width = typ.byte_width
-        starts = (np.arange(len(arr), dtype=np.int64) + arr.offset) * width
-        lengths = np.full(len(arr), width, dtype=np.int64)
+        start = arr.offset * width
+        stop = start + rows * width
+        starts = np.arange(start, stop, width, dtype=np.int64)
+        lengths = np.full(rows, width, dtype=np.int64)
         data_buf = buffers[1]
     else:
         offset_dtype = (
-            np.int64 if (pat.is_large_string(typ) or pat.is_large_binary(typ)) else np.int32
+            np.int64 if pat.is_large_string(typ) or pat.is_large_binary(typ) else np.int32
         )
-        offsets = np.frombuffer(buffers[1], dtype=offset_dtype, count=arr.offset + len(arr) + 1)
-        offsets = offsets[arr.offset :].astype(np.int64, copy=False)
-        starts = offsets[:-1]
-        lengths = np.diff(offsets)
+        offsets = np.frombuffer(
+            buffers[1],
+            dtype=offset_dtype,
+            count=rows + 1,
+            offset=arr.offset * offset_dtype().itemsize,
+        )
+        start, stop = int(offsets[0]), int(offsets[-1])
+        starts = _scratch.get("binary.starts", rows, np.int64)
+        np.copyto(starts, offsets[:-1])
+        lengths = np.subtract(
+            offsets[1:], offsets[:-1], out=_scratch.get("binary.lengths", rows, offset_dtype)
+        )
         data_buf = buffers[2]
-    data = (
-        np.frombuffer(data_buf, dtype=np.uint8) if data_buf is not None else np.empty(0, np.uint8)
-    )
-    return _hash_bytes(seed, data, starts, lengths)
+    if max_bytes is not None and stop - start > max_bytes:
+        np.minimum(lengths, max_bytes, out=lengths)
+    if data_buf is None or stop <= start:
+        data, start, stop = np.empty(0, dtype=np.uint8), 0, 0
+        starts = np.zeros(rows, dtype=np.int64)
+    else:
+        data = np.frombuffer(data_buf, dtype=np.uint8)
+    _hash_bytes(seed, data, (start, stop), starts, lengths, out)
 
 
-def _hash_decimal(seed: np.ndarray, arr: pa.Array) -> np.ndarray:
+def _hash_decimal(seed: _Seed, arr: pa.Array, out: np.ndarray) -> None:
     typ = arr.type
     width = typ.bit_width // 8
     if typ.precision <= _MAX_LONG_DIGITS:
         if width <= 8:
-            return _hash_long(seed, _values(arr, np.int32 if width == 4 else np.int64))
+            _hash_long(seed, _values(arr, np.int32 if width == 4 else np.int64), out)
+            return
         low = np.ascontiguousarray(_byte_matrix(arr, width)[:, :8]).view("<i8").reshape(-1)
-        return _hash_long(seed, low)
-    return _big_integer_bytes(seed, _byte_matrix(arr, width))
+        _hash_long(seed, low, out)
+        return
+    _big_integer_bytes(seed, _byte_matrix(arr, width), out)
 
 
-def _hash_uint64_as_decimal(seed: np.ndarray, arr: pa.Array) -> np.ndarray:
+def _hash_uint64_as_decimal(seed: _Seed, arr: pa.Array, out: np.ndarray) -> None:
     le = np.zeros((len(arr), 9), dtype=np.uint8)  # a zero top byte keeps the value positive
     le[:, :8] = _byte_matrix(arr, 8)
-    return _big_integer_bytes(seed, le)
+    _big_integer_bytes(seed, le, out)
 
 
-def _hash_float(seed: np.ndarray, arr: pa.Array) -> np.ndarray:
+def _hash_float(seed: _Seed, arr: pa.Array, out: np.ndarray) -> None:
     values = _values(arr, np.float32)
+    # -0.0 + 0.0 is +0.0: Spark hashes both zeros alike. (Signaling NaNs would warn.)
+    with np.errstate(invalid="ignore"):
+        values = np.add(
+            values, np.float32(0), out=_scratch.get("float.bits", len(values), np.float32)
+        )
+    nan = np.isnan(values, out=_scratch.get("float.nan", len(values), np.bool_))
     bits = values.view(_U32)
-    bits = np.where(values == 0, _U32(0), bits)
-    bits = np.where(np.isnan(values), _FLOAT_NAN_BITS, bits)
-    return _hash_int(seed, bits)
+    if nan.any():
+        bits[nan] = _FLOAT_NAN_BITS
+    _hash_int(seed, bits, out)
 
 
-def _hash_double(seed: np.ndarray, arr: pa.Array) -> np.ndarray:
+def _hash_double(seed: _Seed, arr: pa.Array, out: np.ndarray) -> None:
     values = _values(arr, np.float64)
+    # -0.0 + 0.0 is +0.0: Spark hashes both zeros alike. (Signaling NaNs would warn.)
+    with np.errstate(invalid="ignore"):
+        values = np.add(values, 0.0, out=_scratch.get("double.bits", len(values), np.float64))
+    nan = np.isnan(values, out=_scratch.get("double.nan", len(values), np.bool_))
     bits = values.view(np.uint64)
-    bits = np.where(values == 0, np.uint64(0), bits)
-    bits = np.where(np.isnan(values), _DOUBLE_NAN_BITS, bits)
-    return _hash_long(seed, bits)
+    if nan.any():
+        bits[nan] = _DOUBLE_NAN_BITS
+    _hash_long(seed, bits, out)
 
 
 def _micros(arr: pa.Array) -> np.ndarray:
@@ -363,11 +563,8 @@ def _micros(arr: pa.Array) -> np.ndarray:
     return raw * _TIME_UNIT_MICROS[unit]
 
 
-_Kernel = Callable[[np.ndarray, pa.Array], np.ndarray]
-
-
-def _hash_bool(seed: np.ndarray, arr: pa.Array) -> np.ndarray:
-    return _hash_int(seed, _bits(arr.buffers()[1], arr.offset, len(arr)).astype(np.int32))
+def _hash_bool(seed: _Seed, arr: pa.Array, out: np.ndarray) -> None:
+    _hash_int(seed, _bits(arr.buffers()[1], arr.offset, len(arr)).astype(np.int32), out)
 
 
 _KERNELS_BY_TYPE: dict[pa.DataType, _Kernel] = {
@@ -386,15 +583,17 @@ def _kernel(typ: pa.DataType, index: int) -> _Kernel:
     """
     int_dtype = _INT_DTYPES.get(typ)
     if int_dtype is not None:
-        return lambda seed, arr: _hash_int(seed, _values(arr, int_dtype))
+        return lambda seed, arr, out: _hash_int(seed, _values(arr, int_dtype), out)
     if pat.is_int64(typ):
-        return lambda seed, arr: _hash_long(seed, _values(arr, np.int64))
+        return lambda seed, arr, out: _hash_long(seed, _values(arr, np.int64), out)
     if pat.is_uint32(typ):  # Spark reads Parquet's uint32 as BIGINT
-        return lambda seed, arr: _hash_long(seed, _values(arr, np.uint32))
+        return lambda seed, arr, out: _hash_long(seed, _values(arr, np.uint32), out)
     if pat.is_timestamp(typ) or pat.is_duration(typ):
-        return lambda seed, arr: _hash_long(seed, _micros(arr))
+        return lambda seed, arr, out: _hash_long(seed, _micros(arr), out)
     if pat.is_date64(typ):
-        return lambda seed, arr: _hash_int(seed, _values(arr, np.int64) // _MILLIS_PER_DAY)
+        return lambda seed, arr, out: _hash_int(
+            seed, _values(arr, np.int64) // _MILLIS_PER_DAY, out
+        )
     if pat.is_decimal(typ):
         if typ.precision > _MAX_SPARK_PRECISION:
             raise _unsupported(
@@ -420,47 +619,217 @@ def _is_binary_like(typ: pa.DataType) -> bool:
     )
 
 
-def _hash_array(seed: np.ndarray, arr: pa.Array, index: int) -> np.ndarray:
-    """The running hash after ``arr``: Spark's hash of each value seeded by ``seed``."""
-    if pat.is_dictionary(arr.type):
-        arr = arr.dictionary_decode()
-    if pat.is_null(arr.type):
-        return seed  # nothing but nulls: the running hash stays
-    kernel = _kernel(arr.type, index)  # checks the type even when every value is null
-    if arr.null_count == len(arr):
-        return seed
-    if _is_binary_like(arr.type):
-        # Bytes are hashed whole: _hash_bytes steps through the rows itself.
-        hashed = kernel(seed, arr)
+# --- planning and running the passes --------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Piece:
+    """A chunk of a key column that starts at row ``start``, with the kernel for its type."""
+
+    start: int
+    array: pa.Array
+    kernel: _Kernel
+    binary: bool
+
+    @property
+    def stop(self) -> int:
+        return self.start + len(self.array)
+
+
+@dataclass(frozen=True)
+class _Column:
+    """A key column as pieces in row order.
+
+    Chunks of Arrow's null type have no piece; ``complete`` is false when the pieces leave
+    such rows out.
+    """
+
+    pieces: list[_Piece]
+    complete: bool
+
+
+def _plan(columns: Sequence[pa.Array | pa.ChunkedArray]) -> list[_Column]:
+    """Every key column as pieces: dictionaries decoded, view types made offset-based."""
+    plan = []
+    for index, col in enumerate(columns):
+        pieces: list[_Piece] = []
+        complete = True
+        start = 0
+        for chunk in col.chunks if isinstance(col, pa.ChunkedArray) else [col]:
+            arr = chunk.dictionary_decode() if pat.is_dictionary(chunk.type) else chunk
+            typ = arr.type
+            if pat.is_null(typ):
+                complete = complete and not len(arr)
+                start += len(arr)
+                continue  # nothing but nulls: the running hash stays
+            kernel = _kernel(typ, index)  # checks the type even when every value is null
+            if pat.is_string_view(typ) or pat.is_binary_view(typ):
+                arr = arr.cast(pa.large_string() if pat.is_string_view(typ) else pa.large_binary())
+            if len(arr):
+                pieces.append(_Piece(start, arr, kernel, _is_binary_like(typ)))
+            start += len(arr)
+        plan.append(_Column(pieces, complete))
+    return plan
+
+
+def _long_value_rows(plan: list[_Column], max_bytes: int) -> np.ndarray:
+    """The rows where some string or binary key is longer than ``max_bytes`` (sorted)."""
+    found: list[np.ndarray] = []
+    for column in plan:
+        for piece in column.pieces:
+            arr = piece.array
+            if not piece.binary:
+                continue
+            typ = arr.type
+            if pat.is_fixed_size_binary(typ):
+                if typ.byte_width > max_bytes:
+                    found.append(np.arange(piece.start, piece.stop))
+                continue
+            dtype = np.int64 if pat.is_large_string(typ) or pat.is_large_binary(typ) else np.int32
+            offsets = np.frombuffer(
+                arr.buffers()[1],
+                dtype=dtype,
+                count=len(arr) + 1,
+                offset=arr.offset * dtype().itemsize,
+            )
+            if int(offsets[-1]) - int(offsets[0]) <= max_bytes:
+                continue  # not a byte too many in the whole piece
+            long_rows = np.flatnonzero(np.diff(offsets) > max_bytes)
+            if long_rows.size:
+                found.append(long_rows + piece.start)
+    if not found:
+        return np.empty(0, dtype=np.int64)
+    return np.unique(np.concatenate(found))
+
+
+def _apply(
+    piece: _Piece, arr: pa.Array, seed: _Seed, out: np.ndarray, max_bytes: int | None
+) -> None:
+    """Hash ``arr`` (a slice of ``piece``) into ``out``; null rows keep the running hash.
+
+    ``seed`` is either a scalar or ``out`` itself.
+    """
+    nulls = arr.null_count
+    if nulls == len(arr):
+        if isinstance(seed, np.uint32):
+            out.fill(seed)
+        return
+    target = out if nulls == 0 else _scratch.get("apply.target", len(out), _U32)
+    if piece.binary:
+        _hash_binary_like(seed, arr, target, max_bytes)
     else:
-        hashed = np.empty(len(arr), dtype=_U32)
-        for lo in range(0, len(arr), _ROWS_PER_STEP):
-            hi = lo + _ROWS_PER_STEP
-            hashed[lo:hi] = kernel(seed[lo:hi], arr.slice(lo, _ROWS_PER_STEP))
-    if arr.null_count:
-        valid = _bits(arr.buffers()[0], arr.offset, len(arr))
-        hashed = np.where(valid, hashed, seed)
-    return hashed
+        piece.kernel(seed, arr, target)
+    if nulls:
+        if isinstance(seed, np.uint32):
+            out.fill(seed)
+        np.copyto(out, target, where=_bits(arr.buffers()[0], arr.offset, len(arr)))
+
+
+#: Called with the hashes of a step and where they belong: ``finish(hashes, rows)``.
+_Finish = Callable[[np.ndarray, slice | np.ndarray], None]
+
+
+def _hash_rows(
+    plan: list[_Column],
+    seed: np.uint32,
+    out: np.ndarray,
+    lo: int,
+    hi: int,
+    step: int,
+    max_bytes: int | None,
+    finish: _Finish | None,
+) -> None:
+    """Hash rows ``lo:hi`` into ``out[lo:hi]``, ``step`` rows at a time through every column."""
+    starts = [[piece.start for piece in column.pieces] for column in plan]
+    for s0 in range(lo, hi, step):
+        s1 = min(s0 + step, hi)
+        seeded = False
+        for column, column_starts in zip(plan, starts, strict=True):
+            if not seeded and not column.complete:
+                out[s0:s1] = seed  # rows without a piece keep the seed
+                seeded = True
+            first = max(0, bisect.bisect_right(column_starts, s0) - 1)
+            for piece in column.pieces[first:]:
+                if piece.start >= s1:
+                    break
+                a, b = max(piece.start, s0), min(piece.stop, s1)
+                if a >= b:
+                    continue
+                arr = piece.array
+                if b - a != len(arr):
+                    arr = arr.slice(a - piece.start, b - a)
+                target = out[a:b]
+                _apply(piece, arr, target if seeded else seed, target, max_bytes)
+            seeded = True
+        if not seeded:
+            out[s0:s1] = seed
+        if finish is not None:
+            finish(out[s0:s1], slice(s0, s1))
+
+
+def _run(
+    plan: list[_Column],
+    seed: np.uint32,
+    out: np.ndarray,
+    step: int,
+    max_bytes: int | None,
+    finish: _Finish | None,
+) -> None:
+    per_thread = _MIN_ROWS_PER_THREAD
+    if _jit.kernels() is not None and not any(p.binary for c in plan for p in c.pieces):
+        # Compiled fixed-width keys take about a nanosecond a row: a thread hand-off costs
+        # more than hashing a batch of a few ten thousand rows.
+        per_thread *= 8
+    ranges = row_ranges(len(out), per_thread)
+    parallel_map(lambda r: _hash_rows(plan, seed, out, r[0], r[1], step, max_bytes, finish), ranges)
+
+
+def _take_rows(plan: list[_Column], rows: np.ndarray) -> list[_Column]:
+    """The plan restricted to ``rows`` (sorted row numbers), renumbered from 0."""
+    taken = []
+    for column in plan:
+        pieces: list[_Piece] = []
+        for piece in column.pieces:
+            lo, hi = np.searchsorted(rows, [piece.start, piece.stop])
+            if hi > lo:
+                local = pa.array(rows[lo:hi] - piece.start)
+                pieces.append(_Piece(int(lo), piece.array.take(local), piece.kernel, piece.binary))
+        taken.append(_Column(pieces, column.complete))
+    return taken
+
+
+def _hash(
+    columns: Sequence[pa.Array | pa.ChunkedArray], seed: int, finish: _Finish | None
+) -> np.ndarray:
+    """Spark's hash of every row as uint32, passing each step's hashes to ``finish``."""
+    rows = len(columns[0])
+    seed_bits = _U32(int(seed) & 0xFFFFFFFF)
+    plan = _plan(columns)
+    out = np.empty(rows, dtype=_U32)
+    max_bytes = _LONG_VALUE_BYTES
+    long_rows = _long_value_rows(plan, max_bytes)
+    if long_rows.size == rows:
+        # Nothing but long values: one pass over whole values, a step per thread.
+        _run(plan, seed_bits, out, max(rows, 1), None, finish)
+        return out
+    # Compiled kernels keep rows in registers: they need no cache-sized steps.
+    step = _ROWS_PER_STEP if _jit.kernels() is None else max(_ROWS_PER_STEP, 1 << 18)
+    _run(plan, seed_bits, out, step, max_bytes if long_rows.size else None, finish)
+    if long_rows.size:
+        # The rows with a long value are hashed again, together, so that the block positions
+        # of the longest value are walked once, not once per step.
+        hashed = np.empty(len(long_rows), dtype=_U32)
+        _run(_take_rows(plan, long_rows), seed_bits, hashed, len(long_rows), None, None)
+        out[long_rows] = hashed
+        if finish is not None:
+            finish(hashed, long_rows)
+    return out
 
 
 # --- public API -----------------------------------------------------------------------------
 
 
-def spark_hash(columns: Sequence[pa.Array | pa.ChunkedArray], seed: int = 42) -> np.ndarray:
-    """Spark's ``Murmur3Hash(columns)`` per row as int32 (same as SQL ``hash(c1, c2, ...)``).
-
-    Args:
-        columns: the key columns, all of the same length. Arrays and chunked arrays may be
-            mixed and chunked differently.
-        seed: the seed of the first column; Spark's ``hash`` and ``repartition`` use 42.
-
-    Returns:
-        An int32 array with one hash per row.
-
-    Raises:
-        InvalidOptionError: no columns, columns of different lengths, a seed outside Java's
-            int range, or a column type Spark's hash cannot take (see the module docstring).
-    """
+def _check_columns(columns: Sequence[pa.Array | pa.ChunkedArray], seed: int) -> list[Any]:
     cols = list(columns)
     if not cols:
         raise InvalidOptionError("spark_hash needs at least one key column, got none")
@@ -480,15 +849,28 @@ def spark_hash(columns: Sequence[pa.Array | pa.ChunkedArray], seed: int = 42) ->
                 f"key columns must have the same length: column 0 has {rows} rows, "
                 f"column {i} has {len(col)}"
             )
-    h = np.full(rows, int(seed) & 0xFFFFFFFF, dtype=_U32)
-    for i, col in enumerate(cols):
-        chunks = col.chunks if isinstance(col, pa.ChunkedArray) else [col]
-        start = 0
-        for chunk in chunks:
-            stop = start + len(chunk)
-            h[start:stop] = _hash_array(h[start:stop], chunk, i)
-            start = stop
-    return h.view(np.int32)
+    return cols
+
+
+def spark_hash(columns: Sequence[pa.Array | pa.ChunkedArray], seed: int = 42) -> np.ndarray:
+    """Spark's ``Murmur3Hash(columns)`` per row as int32 (same as SQL ``hash(c1, c2, ...)``).
+
+    Large inputs are hashed on every core (see :mod:`arrowshuffle.writers._threads`).
+
+    Args:
+        columns: the key columns, all of the same length. Arrays and chunked arrays may be
+            mixed and chunked differently.
+        seed: the seed of the first column; Spark's ``hash`` and ``repartition`` use 42.
+
+    Returns:
+        An int32 array with one hash per row.
+
+    Raises:
+        InvalidOptionError: no columns, columns of different lengths, a seed outside Java's
+            int range, or a column type Spark's hash cannot take (see the module docstring).
+    """
+    cols = _check_columns(columns, seed)
+    return _hash(cols, seed, None).view(np.int32)
 
 
 def spark_partition_ids(
@@ -516,13 +898,35 @@ def spark_partition_ids(
         raise InvalidOptionError(
             f"num_partitions must be between 1 and {_INT32_MAX}, got {num_partitions}"
         )
-    hashes = spark_hash(columns)
-    divisor = np.int32(num_partitions)
+    cols = _check_columns(columns, 42)
+    ids = np.empty(len(cols[0]), dtype=np.int64)
+    n = int(num_partitions)
+
+    def finish(hashes: np.ndarray, rows: slice | np.ndarray) -> None:
+        if isinstance(rows, slice):
+            _pmod(hashes.view(np.int32), n, ids[rows])
+        else:
+            ids[rows] = _pmod(hashes.view(np.int32), n, np.empty(len(hashes), dtype=np.int64))
+
+    # Each step's ids are taken while its hashes are still in the CPU cache.
+    _hash(cols, 42, finish)
+    return ids
+
+
+def _pmod(hashes: np.ndarray, n: int, out: np.ndarray) -> np.ndarray:
+    """Spark's ``pmod(h, n)`` for int32 ``hashes`` and ``0 < n < 2**31``, written to ``out``."""
+    if n & (n - 1) == 0:
+        # In two's complement, the low bits of h are h mod 2**k, also for negative h.
+        np.bitwise_and(hashes, np.int32(n - 1), out=out)
+        return out
+    divisor = np.int32(n)
     # h - floor(h / n) * n is Spark's pmod for n > 0. numpy divides by a scalar several times
     # faster than it takes a remainder; int32 wrap-around in the product cancels in the
     # difference, whose true value lies in [0, n).
-    remainders: np.ndarray = hashes - (hashes // divisor) * divisor
-    return remainders.astype(np.int64)
+    quotient = np.floor_divide(hashes, divisor, out=_scratch.get("pmod", len(hashes), np.int32))
+    np.multiply(quotient, divisor, out=quotient)
+    np.subtract(hashes, quotient, out=out)
+    return out
 
 
 def flink_murmur_hash(codes: np.ndarray) -> np.ndarray:
@@ -551,11 +955,12 @@ def flink_murmur_hash(codes: np.ndarray) -> np.ndarray:
                 f"codes must fit Java's int range [{_INT32_MIN}, {_INT32_MAX}], "
                 f"got values from {low} to {high}"
             )
-    h = _mix_k1_inplace(values.astype(np.int32).view(_U32).copy())
+    h = values.astype(np.int32).view(_U32)
+    tmp = np.empty_like(h)
+    _mix_k1_inplace(h, tmp)
     # With seed 0 the first mixH1 starts from h = 0 ^ k1 = k1.
-    _rotl_inplace(h, 13)
-    h *= _U32(5)
-    h += _H_ADD
-    signed = _fmix_inplace(h, _U32(4)).view(np.int32)
+    _round_tail_inplace(h, tmp)
+    _fmix_inplace(h, _U32(4), tmp)
+    signed = h.view(np.int32)
     # abs() wraps Integer.MIN_VALUE to itself, the one negative result left; Flink maps it to 0.
     return np.maximum(np.abs(signed), np.int32(0))
