@@ -49,6 +49,7 @@ import pyarrow.parquet as pq
 
 import arrowshuffle.polars as asp
 from arrowshuffle.readers.dataset import open_dataset
+from arrowshuffle.readers.scheduler import ReadOptions
 from arrowshuffle.writers.dataset_writer import commit_dataset, new_file_name, prepare_directory
 from arrowshuffle.writers.file_writer import ShuffleFileWriter
 
@@ -138,8 +139,8 @@ def chunk_bytes(url: str, s: int, storage_options: dict[str, Any] | None = None)
     """Bytes of subpartition ``s`` in the data files (what a perfect reader transfers)."""
     dataset = open_dataset(url, storage_options)
     total = 0
-    for f, ranges in dataset.plan(s):
-        del f
+    for read in dataset.reads(s):
+        ranges = dataset.file(read.file).chunk_ranges(read.subpartitions)
         total += sum(c.length for c in ranges)
     return total
 
@@ -212,9 +213,10 @@ def local_bytes(root: Path, ids: list[int], data_files: list[str]) -> dict[str, 
     dataset = open_dataset(shuffle)
     planned = needed = 0
     for s in ids:
-        for f, ranges in dataset.plan(s):
+        for read in dataset.reads(s):
+            ranges = dataset.file(read.file).chunk_ranges(read.subpartitions)
             needed += sum(c.length for c in ranges)
-            blocks = dataset.file(f).blocks(s)
+            blocks = dataset.file(read.file).blocks(s)
             planned += sum(b.end - b.offset for b in blocks)
     data_total = sum(os.path.getsize(p) for p in data_files)
     hive_total = sum(p.stat().st_size for p in (root / "hive").rglob("*.parquet"))
@@ -336,11 +338,17 @@ def measure_s3(args: argparse.Namespace, ids: list[int]) -> dict[str, Any]:
                 needed,
             ),
             "arrowshuffle (pyarrow, max_gap=0)": (
-                lambda s: open_dataset(shuffle, options).read(s, max_gap=0).num_rows,
+                lambda s: (
+                    open_dataset(shuffle, options).read(s, options=ReadOptions(max_gap=0)).num_rows
+                ),
                 needed,
             ),
             "arrowshuffle (pyarrow, max_gap=2MB)": (
-                lambda s: open_dataset(shuffle, options).read(s, max_gap=2 * MB).num_rows,
+                lambda s: (
+                    open_dataset(shuffle, options)
+                    .read(s, options=ReadOptions(max_gap=2 * MB))
+                    .num_rows
+                ),
                 needed,
             ),
             "arrowshuffle (polars)": (

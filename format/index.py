@@ -536,18 +536,32 @@ def decode_index(data: bytes | memoryview) -> ShuffleIndex:
         0,
         header.num_subpartitions,
     )
+    reserved = check_trailer(header, view)
+    return ShuffleIndex(header=header, meta=meta, entries=entries, trailer_reserved=reserved)
+
+
+def check_trailer(header: IndexHeader, data: bytes | memoryview) -> int:
+    """Step 9 of decoding a whole index: the trailer's magic (V1), then its CRC32C (V6).
+
+    ``data`` is the whole index, whose size :func:`decode_header` has already checked.
+
+    Returns:
+        The trailer's reserved word.
+    """
+    view = memoryview(data)
+    trailer_at = header.layout.trailer_offset
     index_crc, reserved, magic = _TRAILER.unpack(view[trailer_at : trailer_at + TRAILER_SIZE])
     if magic != TRAILER_MAGIC:
         raise CorruptFileError(
             f"index trailer magic: expected {TRAILER_MAGIC!r}, found {magic!r}", rule="V1"
         )
-    actual = crc32c(view[:trailer_at].tobytes())
+    actual = crc32c(view[:trailer_at])
     if actual != index_crc:
         raise ChecksumMismatchError(
             f"index checksum mismatch: stored {index_crc:#010x}, computed {actual:#010x}",
             rule="V6",
         )
-    return ShuffleIndex(header=header, meta=meta, entries=entries, trailer_reserved=reserved)
+    return int(reserved)
 
 
 def index_checksum(data: bytes | memoryview) -> int:

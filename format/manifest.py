@@ -25,6 +25,8 @@ from arrowshuffle.format.index import (
 
 MANIFEST_NAME = "_arrowshuffle_manifest.json"
 MANIFEST_KIND = "arrowshuffle-dataset"
+#: 1.1 added the optional per-subpartition totals; readers of 1.0 ignore them.
+MANIFEST_VERSION_MINOR = 1
 #: A manifest larger than this is refused before it is parsed.
 MAX_MANIFEST_BYTES = 256 * 1024 * 1024
 #: Arrays and objects nested deeper than this are refused before parsing (M1): written
@@ -64,6 +66,14 @@ class ManifestFile:
 
 
 @dataclass(frozen=True)
+class SubpartitionTotals:
+    """Per subpartition, the chunk bytes and rows of every listed file added up."""
+
+    bytes: tuple[int, ...]
+    rows: tuple[int, ...]
+
+
+@dataclass(frozen=True)
 class Manifest:
     """A dataset: a schema, a subpartition count, a partitioner and its committed files."""
 
@@ -72,6 +82,9 @@ class Manifest:
     partitioner: dict[str, Any]
     files: tuple[ManifestFile, ...]
     properties: dict[str, str] = field(default_factory=dict)
+    #: Bytes and rows of every subpartition summed over the files (a broadcast chunk counted
+    #: for each subpartition), when the writer recorded them (format 1.1); read plans use them.
+    sizes: SubpartitionTotals | None = None
 
     @property
     def total_rows(self) -> int:
@@ -84,6 +97,7 @@ def encode_manifest(manifest: Manifest) -> bytes:
     doc = {
         "kind": MANIFEST_KIND,
         "format_version": FORMAT_VERSION_MAJOR,
+        "format_version_minor": MANIFEST_VERSION_MINOR,
         "schema": base64.b64encode(schema_to_bytes(manifest.schema)).decode(),
         "num_subpartitions": manifest.num_subpartitions,
         "partitioner": manifest.partitioner,
@@ -102,6 +116,11 @@ def encode_manifest(manifest: Manifest) -> bytes:
             for f in manifest.files
         ],
     }
+    if manifest.sizes is not None:
+        doc["subpartitions"] = {
+            "bytes": list(manifest.sizes.bytes),
+            "rows": list(manifest.sizes.rows),
+        }
     return (json.dumps(doc, indent=1, sort_keys=True) + "\n").encode()
 
 
@@ -395,10 +414,37 @@ def decode_manifest(data: bytes) -> Manifest:
             rule="M1",
         )
     files = _decode_files(_require(doc, "files", list, "header"))
+    if "format_version_minor" in doc:
+        _require_int(doc, "format_version_minor", 0, _I64_MAX, "header")
     return Manifest(
         schema=schema,
         num_subpartitions=num_subpartitions,
         partitioner=partitioner,
         files=files,
         properties={str(k): str(v) for k, v in properties.items()},
+        sizes=_decode_sizes(doc.get("subpartitions"), num_subpartitions),
     )
+
+
+def _decode_sizes(value: Any, num_subpartitions: int) -> SubpartitionTotals | None:
+    """The optional per-subpartition totals: two lists of ``N`` integers, else M1."""
+    if value is None:
+        return None
+    where = "subpartition totals"
+    if type(value) is not dict:
+        raise CorruptFileError(
+            f"manifest {where}: expected an object, found {_found(value)}", rule="M1"
+        )
+    lists = []
+    for key in ("bytes", "rows"):
+        items = _require(value, key, list, where)
+        if len(items) != num_subpartitions or not all(
+            type(v) is int and 0 <= v <= _I64_MAX for v in items
+        ):
+            raise CorruptFileError(
+                f"manifest {where}: expected '{key}' to be {num_subpartitions} integers from 0 "
+                f"to {_bound(_I64_MAX)}, found {len(items)} values",
+                rule="M1",
+            )
+        lists.append(tuple(items))
+    return SubpartitionTotals(lists[0], lists[1])

@@ -5,8 +5,6 @@ from __future__ import annotations
 import errno
 import os
 import threading
-from collections.abc import Iterator, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import numpy as np
@@ -28,23 +26,15 @@ from arrowshuffle.format.manifest import (
     ManifestFile,
     decode_manifest,
 )
-from arrowshuffle.readers.assign import select_reads
 from arrowshuffle.readers.file_reader import (
     IndexShape,
     ShuffleFile,
     _raise_naming,
-    _select_schema,
     open_file,
 )
-from arrowshuffle.readers.integrity import Verify, resolve_verify
-from arrowshuffle.readers.plan import DEFAULT_MAX_BLOCK, DEFAULT_MAX_GAP, ChunkRange, Subpartitions
-from arrowshuffle.readers.scheduler import (
-    DEFAULT_IO_THREADS,
-    DEFAULT_MAX_IN_FLIGHT,
-    ReadOptions,
-    ReadTask,
-    run_tasks,
-)
+from arrowshuffle.readers.plan import Subpartitions
+from arrowshuffle.readers.read_path import Readable
+from arrowshuffle.readers.scheduler import ReadOptions
 from arrowshuffle.readers.source import ReadStats, RemoteSource
 
 #: The columns of :meth:`ShuffleDataset.stats`.
@@ -54,7 +44,7 @@ _STATS_SCHEMA = pa.schema(
 )
 
 
-class ShuffleDataset:
+class ShuffleDataset(Readable):
     """A dataset opened through its manifest. Use :func:`arrowshuffle.open_dataset`.
 
     Files are opened on first use. A read opens (and plans) the files it needs concurrently on
@@ -64,10 +54,16 @@ class ShuffleDataset:
     """
 
     def __init__(
-        self, directory: Location, manifest: Manifest, *, manifest_stats: ReadStats | None = None
+        self,
+        directory: Location,
+        manifest: Manifest,
+        *,
+        manifest_stats: ReadStats | None = None,
+        options: ReadOptions | None = None,
     ) -> None:
         self.directory = directory
         self.manifest = manifest
+        self.options = options or ReadOptions()
         self._manifest_stats = manifest_stats or ReadStats()
         self._files: dict[int, ShuffleFile] = {}
         self._lock = threading.Lock()
@@ -131,6 +127,7 @@ class ShuffleDataset:
             index_size=entry.index_size,
             want=want,
             shape=shape,
+            options=self.options,
         )
         self._check_file(shuffle_file, i)
         with self._lock:
@@ -165,138 +162,28 @@ class ShuffleDataset:
 
     # ---------------------------------------------------------------- selection and plans
 
-    def reads(
-        self,
-        subpartitions: Subpartitions | None = None,
-        *,
-        consumer: int | None = None,
-        num_consumers: int | None = None,
-        pattern: str = "all_to_all",
-    ) -> list[tuple[int, Subpartitions]]:
-        """The ``(file, subpartitions)`` pairs a read with these arguments covers, in order.
+    @property
+    def _remote(self) -> bool:
+        return not self.directory.is_local
 
-        ``subpartitions`` applies to every file; ``consumer``/``num_consumers``/``pattern``
-        select what :func:`arrowshuffle.assign` gives that consumer, with each file one
-        producer.
+    def subpartition_sizes(self) -> tuple[np.ndarray, np.ndarray]:
+        """Bytes and rows of every subpartition summed over files.
+
+        From the manifest when its writer recorded them (no request); otherwise from every
+        file's index, fetched concurrently on object stores.
         """
-        pairs = select_reads(
-            self.num_subpartitions,
-            self.num_files,
-            subpartitions,
-            consumer=consumer,
-            num_consumers=num_consumers,
-            pattern=pattern,
-        )
-        full = range(self.num_subpartitions)
-        return [(f, full if s is None else s) for f, s in pairs]
+        sizes = self.manifest.sizes
+        if sizes is not None:
+            return np.array(sizes.bytes, dtype=np.int64), np.array(sizes.rows, dtype=np.int64)
+        totals = np.zeros((2, self.num_subpartitions), dtype=np.int64)
 
-    def plan(
-        self,
-        subpartitions: Subpartitions | None = None,
-        *,
-        consumer: int | None = None,
-        num_consumers: int | None = None,
-        pattern: str = "all_to_all",
-    ) -> list[tuple[int, list[ChunkRange]]]:
-        """Per file read, the chunk ranges it fetches (see :meth:`ShuffleFile.plan`)."""
-        reads = self.reads(
-            subpartitions, consumer=consumer, num_consumers=num_consumers, pattern=pattern
-        )
-        return [(f, self.file(f, want=s).plan(s)) for f, s in reads]
+        def one(f: int) -> tuple[np.ndarray, np.ndarray]:
+            return self.file(f).subpartition_sizes()
 
-    def _tasks(
-        self,
-        reads: Sequence[tuple[int, Subpartitions]],
-        columns: Sequence[str] | None,
-        verify: Verify,
-        options: ReadOptions,
-    ) -> list[ReadTask]:
-        """Open and plan every file of ``reads``, concurrently for object stores."""
-
-        def prepare(pair: tuple[int, Subpartitions]) -> list[ReadTask]:
-            f, selection = pair
-            return self.file(f, want=selection).read_tasks(
-                selection, columns=columns, verify=verify, options=options
-            )
-
-        if self.directory.is_local or len(reads) < 2:
-            per_file = [prepare(pair) for pair in reads]
-        else:
-            workers = min(options.io_threads, len(reads))
-            with ThreadPoolExecutor(workers, thread_name_prefix="arrowshuffle-open") as pool:
-                per_file = list(pool.map(prepare, reads))
-        return [task for tasks in per_file for task in tasks]
-
-    # ---------------------------------------------------------------- reading
-
-    def iter_batches(
-        self,
-        subpartitions: Subpartitions | None = None,
-        *,
-        columns: Sequence[str] | None = None,
-        verify: Verify = "auto",
-        consumer: int | None = None,
-        num_consumers: int | None = None,
-        pattern: str = "all_to_all",
-        max_gap: int = DEFAULT_MAX_GAP,
-        max_block: int = DEFAULT_MAX_BLOCK,
-        max_in_flight: int = DEFAULT_MAX_IN_FLIGHT,
-        io_threads: int = DEFAULT_IO_THREADS,
-    ) -> Iterator[pa.RecordBatch]:
-        """Yield the batches of ``subpartitions`` from every file, file by file.
-
-        Args:
-            subpartitions: an int, a range or an iterable of ints; all by default.
-            columns: names of the columns to return, in that order.
-            verify: check every chunk's CRC32C before decoding it: ``"auto"`` (the default)
-                for object stores and not for local files, ``True`` always, ``False`` never.
-                A chunk of an object store that fails its check is fetched again.
-            consumer: read what this consumer is assigned instead of ``subpartitions``.
-            num_consumers: how many consumers share the dataset.
-            pattern: ``"all_to_all"`` or ``"pointwise"``; see :func:`arrowshuffle.assign`.
-            max_gap: merge byte ranges of a file whose gap is at most this many bytes.
-            max_block: the largest merged read.
-            max_in_flight: the most bytes fetched ahead of what has been yielded.
-            io_threads: files opened and ranges fetched at the same time (object stores).
-        """
-        options = ReadOptions(max_gap, max_block, max_in_flight, io_threads)
-        resolve_verify(verify, remote=not self.directory.is_local)  # a bad value fails now
-        if columns is not None:
-            _select_schema(self.schema, columns)
-        reads = self.reads(
-            subpartitions, consumer=consumer, num_consumers=num_consumers, pattern=pattern
-        )
-        return run_tasks(self._tasks(reads, columns, verify, options), options)
-
-    def read(
-        self,
-        subpartitions: Subpartitions | None = None,
-        *,
-        columns: Sequence[str] | None = None,
-        verify: Verify = "auto",
-        consumer: int | None = None,
-        num_consumers: int | None = None,
-        pattern: str = "all_to_all",
-        max_gap: int = DEFAULT_MAX_GAP,
-        max_block: int = DEFAULT_MAX_BLOCK,
-        max_in_flight: int = DEFAULT_MAX_IN_FLIGHT,
-        io_threads: int = DEFAULT_IO_THREADS,
-    ) -> pa.Table:
-        """Read ``subpartitions`` (all by default) of every file into one table."""
-        schema = self.schema if columns is None else _select_schema(self.schema, columns)
-        batches = self.iter_batches(
-            subpartitions,
-            columns=columns,
-            verify=verify,
-            consumer=consumer,
-            num_consumers=num_consumers,
-            pattern=pattern,
-            max_gap=max_gap,
-            max_block=max_block,
-            max_in_flight=max_in_flight,
-            io_threads=io_threads,
-        )
-        return pa.Table.from_batches(list(batches), schema=schema)
+        for size, rows in self._map_files(one, list(range(self.num_files)), self.options):
+            totals[0] += size
+            totals[1] += rows
+        return totals[0], totals[1]
 
     def stats(self) -> pa.Table:
         """One row per (file, region, subpartition); see :meth:`ShuffleFile.stats`."""
@@ -356,20 +243,28 @@ def _check_local_sizes(location: Location, entry: ManifestFile) -> None:
 
 
 def open_dataset(
-    path: str | os.PathLike[str], storage_options: dict[str, Any] | None = None
+    path: str | os.PathLike[str],
+    storage_options: dict[str, Any] | None = None,
+    *,
+    options: ReadOptions | None = None,
 ) -> ShuffleDataset:
     """Open the dataset at ``path`` (a directory or URL) through its manifest.
 
     The manifest costs one request; files are opened when a read needs them.
 
+    Args:
+        path: the dataset directory: a local path or an fsspec URL.
+        storage_options: passed to fsspec (credentials, endpoint, ...).
+        options: the default tuning of its reads (``ReadOptions``).
+
     Raises:
         MissingObjectError: the directory has no manifest (nothing was committed there).
         FormatError: the manifest is not valid.
     """
-    return _open_dataset(resolve(path, storage_options))
+    return _open_dataset(resolve(path, storage_options), options)
 
 
-def _open_dataset(directory: Location) -> ShuffleDataset:
+def _open_dataset(directory: Location, options: ReadOptions | None = None) -> ShuffleDataset:
     location = directory.child(MANIFEST_NAME)
     # On object stores the manifest is fetched like any range (transient errors retried,
     # requests counted); a manifest that does not decode may have been damaged on the way and
@@ -401,7 +296,7 @@ def _open_dataset(directory: Location) -> ShuffleDataset:
             attempt += 1
             source.note_refetch("the manifest", attempt, exc)
     stats = None if source is None else source.stats()
-    return ShuffleDataset(directory, manifest, manifest_stats=stats)
+    return ShuffleDataset(directory, manifest, manifest_stats=stats, options=options)
 
 
 def open_shuffle(

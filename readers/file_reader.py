@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, NoReturn
 
@@ -19,18 +19,16 @@ from arrowshuffle.format.index import (
     IndexHeader,
     IndexLayout,
     IndexMeta,
+    check_trailer,
     decode_entries,
     decode_header,
     decode_index,
     decode_meta,
 )
-from arrowshuffle.readers.assign import select_reads
 from arrowshuffle.readers.data_file import check_data_file
 from arrowshuffle.readers.decode import decode_block
 from arrowshuffle.readers.integrity import Verify, resolve_verify
 from arrowshuffle.readers.plan import (
-    DEFAULT_MAX_BLOCK,
-    DEFAULT_MAX_GAP,
     ChunkRange,
     FetchBlock,
     Subpartitions,
@@ -40,14 +38,8 @@ from arrowshuffle.readers.plan import (
     subpartition_runs,
 )
 from arrowshuffle.readers.proof import check_regions, check_run
-from arrowshuffle.readers.scheduler import (
-    DEFAULT_IO_THREADS,
-    DEFAULT_MAX_IN_FLIGHT,
-    ReadOptions,
-    ReadTask,
-    make_tasks,
-    run_tasks,
-)
+from arrowshuffle.readers.read_path import Readable, select_schema
+from arrowshuffle.readers.scheduler import ReadOptions, ReadTask, make_tasks
 from arrowshuffle.readers.source import (
     ByteSource,
     MappedSource,
@@ -57,7 +49,6 @@ from arrowshuffle.readers.source import (
 )
 
 __all__ = [
-    "DEFAULT_MAX_IN_FLIGHT",
     "INDEX_MERGE_GAP",
     "INDEX_PREFIX_BYTES",
     "IndexShape",
@@ -99,7 +90,7 @@ class IndexShape:
         )
 
 
-class ShuffleFile:
+class ShuffleFile(Readable):
     """One shuffle file (data + index), opened for reading.
 
     Use :func:`arrowshuffle.open_file` to create one. Local files are memory-mapped. URLs are
@@ -129,6 +120,7 @@ class ShuffleFile:
             then asks for the whole metadata and the ``want`` entries in its first round
             trip, so that it costs at most two requests. A region count the header
             contradicts is a :class:`CorruptFileError` (rule M7).
+        options: the default tuning of this file's reads.
     """
 
     def __init__(
@@ -139,8 +131,10 @@ class ShuffleFile:
         index_size: int | None = None,
         want: Subpartitions | None = None,
         shape: IndexShape | None = None,
+        options: ReadOptions | None = None,
     ) -> None:
         self.location = location
+        self.options = options or ReadOptions()
         self.index_location = location.sibling(INDEX_SUFFIX)
         # The index's size is learnt from the index itself: a listed size is checked, not
         # trusted (see _first_fetch).
@@ -207,7 +201,7 @@ class ShuffleFile:
                     f"bytes, the file has {source.size}",
                     rule="M4",
                 )
-            self._install_full_index(source.read_ranges([(0, source.size)])[0])
+            self._open_mapped_index(source.read_prefix(source.size))
             return
         size = index_size
         segments: list[tuple[int, pa.Buffer]] = []
@@ -233,6 +227,19 @@ class ShuffleFile:
         for begin, end in needs[1:]:
             # Damage here is handled by repeating the whole open (_open_index_checked).
             self._decode_entry_slice(_assemble(segments, begin, end), begin, refetch=False)
+
+    def _open_mapped_index(self, data: pa.Buffer) -> None:
+        """Open a memory-mapped index: header, metadata and trailer now, entries when read.
+
+        Decoding steps 1-7 and 9 (the trailer and the whole-index checksum, computed in place
+        at memory speed) run now; each subpartition's entry block is checked (step 8) when a
+        read first needs it, so that opening costs the same whatever the subpartition count.
+        """
+        view = memoryview(data)
+        self.header = decode_header(view, object_size=data.size)
+        self.meta = decode_meta(self.header, view[: self.header.layout.entries_offset])
+        check_trailer(self.header, view)
+        self._index_bytes = data
 
     def _first_fetch(
         self, size: int, want: Subpartitions | None, shape: IndexShape | None
@@ -399,11 +406,10 @@ class ShuffleFile:
                 f"subpartition range [{start}, {stop}) is outside the file's "
                 f"[0, {self.num_subpartitions})"
             )
+        if self.num_regions == 0 or start == stop:
+            return np.zeros((stop - start, self.num_regions), dtype=ENTRY_DTYPE)
         self._ensure_entries([range(start, stop)])
-        rows = [self._entries[s] for s in range(start, stop)]
-        if not rows:
-            return np.zeros((0, self.num_regions), dtype=ENTRY_DTYPE)
-        return np.stack(rows)
+        return np.stack([self._entries[s] for s in range(start, stop)])
 
     def stats(self) -> pa.Table:
         """One row per (region, subpartition): offset, bytes, rows, batches, broadcast."""
@@ -424,31 +430,40 @@ class ShuffleFile:
 
     # ---------------------------------------------------------------- reading
 
-    def plan(
-        self, subpartitions: Subpartitions | None = None, *, verify: bool = False
+    def chunk_ranges(
+        self,
+        subpartitions: Subpartitions | None = None,
+        *,
+        verify: bool = False,
+        regions: range | None = None,
     ) -> list[ChunkRange]:
         """The chunk ranges a read of ``subpartitions`` fetches, in file order.
 
         Every chunk's place is proven from the index before anything is fetched (see
         :mod:`arrowshuffle.readers.proof`), against the entries of the neighbouring
-        subpartitions too where they are at hand. With ``verify`` the neighbours are always
-        fetched (in the same index request as the run's own entries).
+        subpartitions too: always for local files (they cost nothing) and, with ``verify``,
+        on object stores (fetched in the same index request as the run's own entries).
+
+        Args:
+            subpartitions: the selection (all by default).
+            verify: prove the runs against their neighbours' entries on object stores too.
+            regions: keep only the ranges of these regions (part of a skew split).
         """
         selection = range(self.num_subpartitions) if subpartitions is None else subpartitions
         runs = subpartition_runs(selection, self.num_subpartitions)
         n = self.num_subpartitions
-        if verify:
+        if verify or self.location.is_local:
             self._ensure_entries([range(max(0, r.start - 1), min(n, r.stop + 1)) for r in runs])
         else:
             self._ensure_entries(runs)
-        regions = self.meta.regions
-        broadcast = (regions["flags"] & REGION_BROADCAST) != 0
+        table = self.meta.regions
+        broadcast = (table["flags"] & REGION_BROADCAST) != 0
         ranges: list[ChunkRange] = []
         for run in runs:
             entries = self.entries(run.start, run.stop)
             check_run(
                 entries,
-                regions,
+                table,
                 run,
                 n,
                 self.header.data_length,
@@ -457,6 +472,8 @@ class ShuffleFile:
                 after=self._entries.get(run.stop),
             )
             ranges.extend(plan_run(entries, broadcast, run))
+        if regions is not None:
+            ranges = [c for c in ranges if c.region in regions]
         ranges.sort(key=lambda c: (c.offset, c.start))
         return dedupe_broadcast(ranges)
 
@@ -464,35 +481,14 @@ class ShuffleFile:
         self,
         subpartitions: Subpartitions | None = None,
         *,
-        max_gap: int = DEFAULT_MAX_GAP,
-        max_block: int = DEFAULT_MAX_BLOCK,
+        options: ReadOptions | None = None,
         verify: bool = False,
+        regions: range | None = None,
     ) -> list[FetchBlock]:
         """The ranged reads a read of ``subpartitions`` issues: planned, sorted, coalesced."""
-        ranges = self.plan(subpartitions, verify=verify)
-        return coalesce(ranges, max_gap=max_gap, max_block=max_block)
-
-    def selection(
-        self,
-        subpartitions: Subpartitions | None = None,
-        *,
-        consumer: int | None = None,
-        num_consumers: int | None = None,
-        pattern: str = "all_to_all",
-    ) -> Subpartitions:
-        """The subpartitions a read with these arguments returns (see :meth:`iter_batches`)."""
-        reads = select_reads(
-            self.num_subpartitions,
-            1,
-            subpartitions,
-            consumer=consumer,
-            num_consumers=num_consumers,
-            pattern=pattern,
-        )
-        if not reads:
-            return range(0)
-        chosen = reads[0][1]
-        return range(self.num_subpartitions) if chosen is None else chosen
+        options = options or self.options
+        ranges = self.chunk_ranges(subpartitions, verify=verify, regions=regions)
+        return coalesce(ranges, max_gap=options.max_gap, max_block=options.max_block)
 
     def data_source(self) -> ByteSource:
         """The data file's byte source (a memory map locally, ranged requests otherwise)."""
@@ -513,25 +509,26 @@ class ShuffleFile:
             first = violations[0]
             raise CorruptFileError(f"{self.url}: {first.message}", rule=first.rule)
 
-    def read_tasks(
+    def file_tasks(
         self,
         subpartitions: Subpartitions | None = None,
         *,
         columns: Sequence[str] | None = None,
         verify: Verify = "auto",
         options: ReadOptions | None = None,
+        regions: range | None = None,
     ) -> list[ReadTask]:
-        """The fetch-and-decode tasks of a read, in output order (for the read scheduler).
+        """The fetch-and-decode tasks of this file's part of a read, in output order.
 
         ``verify`` is resolved for this file (see :func:`resolve_verify`): ``"auto"`` checks
         the chunks of an object store and not those of a local memory-mapped file.
         """
         check = resolve_verify(verify, remote=not self.location.is_local)
-        options = options or ReadOptions()
-        select = self._projection(columns)
-        blocks = self.blocks(
-            subpartitions, max_gap=options.max_gap, max_block=options.max_block, verify=check
-        )
+        options = options or self.options
+        select = None if columns is None else list(columns)
+        if select is not None:
+            select_schema(self.schema, select)
+        blocks = self.blocks(subpartitions, options=options, verify=check, regions=regions)
         if not blocks:
             return []
         schema, url = self.schema, self.url
@@ -541,86 +538,30 @@ class ShuffleFile:
 
         return list(make_tasks(self.data_source(), blocks, decode, options.task_bytes))
 
-    def iter_batches(
-        self,
-        subpartitions: Subpartitions | None = None,
-        *,
-        columns: Sequence[str] | None = None,
-        verify: Verify = "auto",
-        consumer: int | None = None,
-        num_consumers: int | None = None,
-        pattern: str = "all_to_all",
-        max_gap: int = DEFAULT_MAX_GAP,
-        max_block: int = DEFAULT_MAX_BLOCK,
-        max_in_flight: int = DEFAULT_MAX_IN_FLIGHT,
-        io_threads: int = DEFAULT_IO_THREADS,
-    ) -> Iterator[pa.RecordBatch]:
-        """Yield the record batches of ``subpartitions`` (all by default), in file order.
+    # ---------------------------------------------------------------- a dataset of one file
 
-        For one subpartition that is write order. A run of subpartitions yields, region by
-        region, each subpartition's rows in ascending subpartition order; a broadcast chunk is
-        fetched once and yielded once per requested subpartition.
+    @property
+    def num_files(self) -> int:
+        """1: a file reads as a dataset of one file."""
+        return 1
 
-        Arguments are checked and the index entries fetched when this is called; data is
-        fetched as the iterator is consumed, at most ``max_in_flight`` bytes ahead.
+    def file(self, i: int, *, want: Subpartitions | None = None) -> ShuffleFile:
+        """This file (``i`` must be 0)."""
+        if i != 0:
+            raise InvalidOptionError(f"file {i} does not exist: a shuffle file is one file")
+        return self
 
-        Args:
-            subpartitions: an int, a range, or an iterable of ints (duplicates dropped).
-            columns: names of the columns to return, in that order.
-            verify: check every chunk's CRC32C before decoding it: ``"auto"`` (the default)
-                for object stores and not for local files, ``True`` always, ``False`` never.
-                A chunk of an object store that fails its check is fetched again.
-            consumer: read what consumer ``consumer`` of ``num_consumers`` is assigned
-                (instead of ``subpartitions``); see :func:`arrowshuffle.assign`.
-            num_consumers: the number of consumers sharing the file.
-            pattern: ``"all_to_all"`` or ``"pointwise"`` (one file is one producer).
-            max_gap: merge byte ranges whose gap is at most this many bytes.
-            max_block: the largest merged read.
-            max_in_flight: the most bytes fetched ahead of what has been yielded.
-            io_threads: concurrent fetches on object stores.
-        """
-        options = ReadOptions(max_gap, max_block, max_in_flight, io_threads)
-        selection = self.selection(
-            subpartitions, consumer=consumer, num_consumers=num_consumers, pattern=pattern
+    @property
+    def _remote(self) -> bool:
+        return not self.location.is_local
+
+    def subpartition_sizes(self) -> tuple[np.ndarray, np.ndarray]:
+        """Bytes and rows of every subpartition (from the whole index)."""
+        entries = self.entries()
+        return (
+            entries["length"].sum(axis=1, dtype=np.uint64).astype(np.int64),
+            entries["rows"].sum(axis=1, dtype=np.uint64).astype(np.int64),
         )
-        tasks = self.read_tasks(selection, columns=columns, verify=verify, options=options)
-        return run_tasks(tasks, options)
-
-    def read(
-        self,
-        subpartitions: Subpartitions | None = None,
-        *,
-        columns: Sequence[str] | None = None,
-        verify: Verify = "auto",
-        consumer: int | None = None,
-        num_consumers: int | None = None,
-        pattern: str = "all_to_all",
-        max_gap: int = DEFAULT_MAX_GAP,
-        max_block: int = DEFAULT_MAX_BLOCK,
-        max_in_flight: int = DEFAULT_MAX_IN_FLIGHT,
-        io_threads: int = DEFAULT_IO_THREADS,
-    ) -> pa.Table:
-        """Read ``subpartitions`` (all by default) into one table; see :meth:`iter_batches`."""
-        schema = self.schema if columns is None else _select_schema(self.schema, columns)
-        batches = self.iter_batches(
-            subpartitions,
-            columns=columns,
-            verify=verify,
-            consumer=consumer,
-            num_consumers=num_consumers,
-            pattern=pattern,
-            max_gap=max_gap,
-            max_block=max_block,
-            max_in_flight=max_in_flight,
-            io_threads=io_threads,
-        )
-        return pa.Table.from_batches(list(batches), schema=schema)
-
-    def _projection(self, columns: Sequence[str] | None) -> list[str] | None:
-        if columns is None:
-            return None
-        _select_schema(self.schema, columns)
-        return list(columns)
 
     def read_stats(self) -> ReadStats:
         """Requests, bytes, retries and refetches of the index and the data so far.
@@ -737,29 +678,24 @@ def _assemble(segments: Sequence[tuple[int, pa.Buffer]], begin: int, end: int) -
     return pa.py_buffer(b"".join(parts))
 
 
-def _select_schema(schema: pa.Schema, columns: Sequence[str]) -> pa.Schema:
-    if isinstance(columns, str):
-        raise InvalidOptionError(f"columns must be a list of names, found the string {columns!r}")
-    missing = [c for c in columns if c not in schema.names]
-    if missing:
-        raise InvalidOptionError(
-            f"no column {missing[0]!r} in the file; its columns are {schema.names}"
-        )
-    return pa.schema([schema.field(c) for c in columns], metadata=schema.metadata)
-
-
 def open_file(
     path: str | os.PathLike[str],
     storage_options: dict[str, Any] | None = None,
+    *,
+    options: ReadOptions | None = None,
 ) -> ShuffleFile:
     """Open one shuffle file: ``path`` is the data file, its index sits beside it.
+
+    A file reads like a dataset of one file: ``read``, ``iter_batches`` and ``plan`` take the
+    same arguments.
 
     Args:
         path: local path or fsspec URL of the ``.arrow`` data file.
         storage_options: passed to fsspec (credentials, endpoint, ...).
+        options: the default tuning of its reads (``ReadOptions``).
 
     Raises:
         MissingObjectError: the data file or its index does not exist.
         FormatError: the index breaks a rule of the format (the message names it).
     """
-    return ShuffleFile(resolve(path, storage_options))
+    return ShuffleFile(resolve(path, storage_options), options=options)

@@ -215,16 +215,17 @@ def _check_regular(
     # Where its last chunk must end: the region's end, or its successor's start.
     last = run.stop - 1
     if run.stop == num_subpartitions:
-        _anchor_end(url, numbers, last, ends[-1], region_end, "the end of its region")
+        _anchor(url, numbers, last, ends[-1], region_end, "the end of its region", edge="ends")
     elif after is not None:
         _check_neighbour(after, region_start, region_end, numbers, run.stop, url)
-        _anchor_end(
+        _anchor(
             url,
             numbers,
             last,
             ends[-1],
             after["offset"],
             f"the start of subpartition {run.stop}'s chunk",
+            edge="ends",
         )
 
 
@@ -261,30 +262,15 @@ def _anchor(
     actual: np.ndarray,
     expected: np.ndarray,
     what: str,
+    *,
+    edge: str = "starts",
 ) -> None:
+    """V9: a run's first chunk starts (or its last chunk ends, ``edge="ends"``) where expected."""
     wrong = actual != expected
     if wrong.any():
         col = int(np.argmax(wrong))
         raise CorruptFileError(
-            f"{url}: chunk (region {int(numbers[col])}, subpartition {subpartition}) starts at "
-            f"byte {int(actual[col])}, expected {int(expected[col])} ({what})",
-            rule="V9",
-        )
-
-
-def _anchor_end(
-    url: str,
-    numbers: np.ndarray,
-    subpartition: int,
-    actual: np.ndarray,
-    expected: np.ndarray,
-    what: str,
-) -> None:
-    wrong = actual != expected
-    if wrong.any():
-        col = int(np.argmax(wrong))
-        raise CorruptFileError(
-            f"{url}: chunk (region {int(numbers[col])}, subpartition {subpartition}) ends at "
+            f"{url}: chunk (region {int(numbers[col])}, subpartition {subpartition}) {edge} at "
             f"byte {int(actual[col])}, expected {int(expected[col])} ({what})",
             rule="V9",
         )

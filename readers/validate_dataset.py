@@ -1,4 +1,4 @@
-"""Validate a dataset: its manifest's rules (M1-M8) and every listed file's own rules.
+"""Validate a dataset: its manifest's rules (M1-M9) and every listed file's own rules.
 
 Manifest rules:
 
@@ -11,10 +11,11 @@ Manifest rules:
 * M5 each index's whole-index checksum (its trailer CRC32C) equals the listed one;
 * M6 every file has the manifest's schema, subpartition count and partitioner;
 * M7 each file's rows, regions and data length equal what its index declares;
-* M8 every file is listed once.
+* M8 every file is listed once;
+* M9 the per-subpartition totals (manifest 1.1), when listed, are the sums over the indexes.
 
 M1-M3 and M8 are checked by decoding the manifest (a failure there ends the check); the others
-per file, followed by the file's rules V1-V19
+per file, followed by the file's rules V1-V19, and M9 once every index is decoded
 (:func:`arrowshuffle.readers.validate.validate_decoded`). Files are checked concurrently; one
 listing of the directory gives every size, so a missing file costs no request and a present one
 a single read of its index (when it is small) plus the data file's two ends.
@@ -31,6 +32,7 @@ from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 
 from arrowshuffle._storage import Location, read_bytes, resolve, storage_errors
@@ -57,6 +59,7 @@ MANIFEST_RULES: dict[str, str] = {
     "M6": "every file has the manifest's schema, subpartition count and partitioner",
     "M7": "each file's rows, regions and data length equal what its index declares",
     "M8": "every file is listed once",
+    "M9": "the per-subpartition totals, when listed, are the sums over the files' indexes",
 }
 
 #: Called after each file is checked: (files done, files in total, data file name).
@@ -83,6 +86,8 @@ class FileReport:
     ok: bool
     violations: list[Violation] = field(default_factory=list)
     summary: dict[str, Any] = field(default_factory=dict)
+    #: Bytes and rows per subpartition from the decoded index (for rule M9), if it decoded.
+    totals: np.ndarray | None = field(default=None, repr=False, compare=False)
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-serializable form of the report."""
@@ -150,7 +155,7 @@ def validate_dataset(
     progress: Progress | None = None,
     workers: int = DEFAULT_WORKERS,
 ) -> DatasetReport:
-    """Check a dataset against rules M1-M8 and each listed file against V1-V19.
+    """Check a dataset against rules M1-M9 and each listed file against V1-V20.
 
     Args:
         path_or_url: the dataset directory (local path or fsspec URL).
@@ -192,6 +197,7 @@ def validate_dataset(
         unlisted=_unlisted(manifest, sizes),
     )
     report.files = _check_files(directory, manifest, sizes, deep, progress, workers)
+    report.violations.extend(_check_totals(manifest, report.files))
     report.ok = not report.violations and all(f.ok for f in report.files)
     return report
 
@@ -247,6 +253,34 @@ def _check_files(
                     future.cancel()  # an error or an interrupt ends the check without waiting
                 raise
     return [r for r in reports if r is not None]
+
+
+def _check_totals(manifest: Manifest, files: list[FileReport]) -> list[Violation]:
+    """Rule M9: the manifest's per-subpartition totals are the sums over its files' indexes.
+
+    Checked when every file's index decoded with the manifest's subpartition count.
+    """
+    if manifest.sizes is None:
+        return []
+    n = manifest.num_subpartitions
+    totals = np.zeros((2, n), dtype=np.int64)
+    for f in files:
+        if f.totals is None or f.totals.shape != (2, n):
+            return []
+        totals += f.totals
+    listed = np.array([manifest.sizes.bytes, manifest.sizes.rows], dtype=np.int64)
+    wrong = np.argwhere(totals != listed)
+    if wrong.size == 0:
+        return []
+    what, s = (int(v) for v in wrong[0])
+    kind = ("bytes", "rows")[what]
+    return [
+        Violation(
+            "M9",
+            f"the manifest lists {int(listed[what, s])} {kind} for subpartition {s}, its files' "
+            f"indexes hold {int(totals[what, s])}",
+        )
+    ]
 
 
 def _listing(directory: Location) -> dict[str, int] | None:
@@ -349,6 +383,9 @@ def _check_file(
     except FormatError as exc:  # the file's own rule, as validate_file reports it
         return _finish(report, Violation(exc.rule or "V4", exc.detail), data_size, index_size, deep)
     found.extend(_compare(manifest, entry, index))
+    entries = index.entries
+    sums = [entries[name].sum(axis=1, dtype=np.uint64) for name in ("length", "rows")]
+    report.totals = np.stack(sums).astype(np.int64)
     if not isinstance(data_source, MappedSource):
         data_source = _Prefetched(data_source, DATA_TAIL_BYTES)
     own = validate_decoded(data.url, index, data_source, deep=deep)

@@ -30,6 +30,7 @@ from arrowshuffle.format.errors import (
 )
 from arrowshuffle.readers.dataset import open_dataset
 from arrowshuffle.readers.file_reader import open_file
+from arrowshuffle.readers.scheduler import ReadOptions
 
 pytestmark = pytest.mark.s3
 
@@ -144,7 +145,7 @@ def test_a_flipped_byte_in_a_data_range_is_fetched_again(s3_endpoint, dataset, c
         reader = open_dataset(ds.url, proxied(s3_endpoint, proxy.url))
         with caplog.at_level(logging.WARNING, logger="arrowshuffle.readers"):
             # One GET per chunk range, so that the flipped middle byte lies in a chunk.
-            got = reader.read(2, max_gap=0)
+            got = reader.read(2, options=ReadOptions(max_gap=0))
     assert proxy.counts["flip"] == 1
     assert canonical(got).equals(canonical(expected_rows(tables, [2])))
     stats = reader.read_stats()
@@ -191,14 +192,14 @@ def test_a_damaged_stored_chunk_raises_checksum_mismatch(s3_endpoint, dataset, c
     reader = open_dataset(ds.url, proxied(s3_endpoint, s3_endpoint.url))
     damaged = pytest.raises(ChecksumMismatchError, match=r"V16.*same bytes")
     with caplog.at_level(logging.WARNING, logger="arrowshuffle.readers"), damaged as info:
-        reader.read(3, max_gap=0)
+        reader.read(3, options=ReadOptions(max_gap=0))
     assert posixpath.basename(url) in str(info.value)
     # Fetched once more: the same bytes came back, so the stored object is damaged.
     assert reader.read_stats().refetches == 1
     assert len(warnings_of(caplog)) == 1
     # Other subpartitions do not touch the damaged chunk and still read.
     other = next(s for s in range(N) if s != 3)
-    reader.read(other, max_gap=0)
+    reader.read(other, options=ReadOptions(max_gap=0))
 
 
 def test_a_damaged_stored_index_raises_after_one_more_fetch(s3_endpoint, dataset, caplog):
@@ -229,7 +230,7 @@ def test_a_missing_object_raises_missing_object_error_without_retries(s3_endpoin
     s3_endpoint.log.clear()
     reader = open_dataset(ds.url, proxied(s3_endpoint, s3_endpoint.url))
     with pytest.raises(MissingObjectError, match=rf"{gone} does not exist"):
-        reader.read(1, max_gap=10**9)
+        reader.read(1, options=ReadOptions(max_gap=10**9))
     gets = [r for r in s3_endpoint.log.requests("GET") if r["path"].endswith(gone[5:])]
     assert [r["status"] for r in gets] == [404]
     assert reader.read_stats().retries == 0
@@ -252,7 +253,7 @@ def test_failed_transfers_are_retried(s3_endpoint, dataset, fault, faults):
         shuffle = open_file(
             ds.data_urls[0], proxied(s3_endpoint, proxy.url, config_kwargs=no_retries)
         )
-        got = shuffle.read(5, max_gap=10**9)  # every region in one GET
+        got = shuffle.read(5, options=ReadOptions(max_gap=10**9))  # every region in one GET
     assert proxy.counts[fault] == faults
     assert canonical(got).equals(canonical(expected_rows(tables[:1], [5])))
     stats = shuffle.read_stats()
@@ -267,7 +268,7 @@ def test_too_many_failed_transfers_raise_a_shuffle_io_error(s3_endpoint, dataset
             ds.data_urls[0], proxied(s3_endpoint, proxy.url, config_kwargs=no_retries)
         )
         with pytest.raises(ShuffleIOError, match=r"failed 4 times.*FlexibleChecksumError"):
-            shuffle.read(5, max_gap=10**9)
+            shuffle.read(5, options=ReadOptions(max_gap=10**9))
     assert proxy.counts["badsum"] == 4
     assert shuffle.read_stats().retries == 3
 

@@ -164,23 +164,26 @@ def test_read_options_do_not_change_results(written: tuple[Path, np.ndarray]) ->
     shuffle = ash.open_file(path)
     expected = shuffle.read([0, 2, 3, 5])
     for options in (
-        {"max_gap": 0, "max_block": 1},
-        {"max_gap": 10**9, "max_block": 10**9},
-        {"max_in_flight": 1},
-        {"io_threads": 1},
+        ash.ReadOptions(max_gap=0, max_block=1),
+        ash.ReadOptions(max_gap=10**9, max_block=10**9),
+        ash.ReadOptions(max_in_flight=1),
+        ash.ReadOptions(io_threads=1),
     ):
-        assert shuffle.read([0, 2, 3, 5], **options).equals(expected), options  # type: ignore[arg-type]
+        assert shuffle.read([0, 2, 3, 5], options=options).equals(expected), options
+        # The same tuning given at open.
+        again = ash.open_file(path, options=options).read([0, 2, 3, 5])
+        assert again.equals(expected), options
 
 
 def test_plan_reads_a_broadcast_chunk_once(written: tuple[Path, np.ndarray]) -> None:
     path, _ = written
     shuffle = ash.open_file(path)
-    plan = shuffle.plan([0, 1, 4])  # two runs: [0, 2) and [4, 5)
+    plan = shuffle.chunk_ranges([0, 1, 4])  # two runs: [0, 2) and [4, 5)
     broadcast = [cr for cr in plan if cr.broadcast]
     assert len(broadcast) == 1 and broadcast[0].repeat == 3
     assert [cr.offset for cr in plan] == sorted(cr.offset for cr in plan)
     # A contiguous range: one byte range per region.
-    assert len(shuffle.plan(range(0, NUM_SUBPARTITIONS))) == 4
+    assert len(shuffle.chunk_ranges(range(0, NUM_SUBPARTITIONS))) == 4
 
 
 # --------------------------------------------------------------------------- projections

@@ -20,6 +20,7 @@ from arrowshuffle.format.errors import MissingObjectError, ShuffleIOError
 from arrowshuffle.readers.assign import assign
 from arrowshuffle.readers.dataset import open_dataset
 from arrowshuffle.readers.file_reader import open_file
+from arrowshuffle.readers.scheduler import ReadOptions
 from arrowshuffle.readers.validate_dataset import validate_dataset
 
 pytestmark = pytest.mark.s3
@@ -69,7 +70,9 @@ def test_reading_a_selection_costs_few_ranged_gets(s3_endpoint, dataset, selecti
     ds, tables = dataset
     regions = [f.regions for f in ds.manifest.files]
     assert min(regions) >= 2, "the test needs several regions per file"
-    got = open_dataset(ds.url, s3_endpoint.storage_options()).read(selection, max_gap=max_gap)
+    got = open_dataset(ds.url, s3_endpoint.storage_options()).read(
+        selection, options=ReadOptions(max_gap=max_gap)
+    )
     manifest, index, data = summarize(s3_endpoint.log, data_sizes_of(ds))
     assert len(manifest) == 1
     assert len(index) == len(ds.manifest.files)
@@ -87,7 +90,9 @@ def test_a_pointwise_consumer_touches_only_its_files(s3_endpoint, dataset):
     ds, tables = dataset
     reader = open_dataset(ds.url, s3_endpoint.storage_options())
     plan = assign(N, 2, "pointwise", num_producers=len(tables))[1]
-    got = reader.read(consumer=1, num_consumers=2, pattern="pointwise", max_gap=0)
+    got = reader.read(
+        consumer=1, num_consumers=2, pattern="pointwise", options=ReadOptions(max_gap=0)
+    )
     _, index, data = summarize(s3_endpoint.log, data_sizes_of(ds))
     mine = {ds.manifest.files[f].data for f, _ in plan.pairs()}
     assert {posixpath.basename(p) for p in data} == mine
@@ -99,7 +104,7 @@ def test_a_pointwise_consumer_touches_only_its_files(s3_endpoint, dataset):
 def test_a_single_file_url_needs_no_metadata_request(s3_endpoint, dataset):
     ds, tables = dataset
     f = open_file(ds.data_urls[0], s3_endpoint.storage_options())
-    got = f.read(4, max_gap=0)
+    got = f.read(4, options=ReadOptions(max_gap=0))
     _, index, data = summarize(s3_endpoint.log, data_sizes_of(ds))
     assert sum(index.values()) == 1
     assert sum(data.values()) <= ds.manifest.files[0].regions
@@ -128,7 +133,7 @@ def test_transient_server_errors_are_retried(s3_endpoint, dataset):
     options = s3_endpoint.storage_options(config_kwargs={"retries": {"total_max_attempts": 1}})
     target = ds.manifest.files[1].data
     s3_endpoint.log.fail_next("/" + target, 2)
-    got = open_dataset(ds.url, options).read(3, max_gap=0)
+    got = open_dataset(ds.url, options).read(3, options=ReadOptions(max_gap=0))
     statuses = [
         r["status"] for r in s3_endpoint.log.requests("GET") if r["path"].endswith("/" + target)
     ]

@@ -95,7 +95,7 @@ def test_one_subpartition_is_one_range_per_nonempty_region(tmp_path):
     f = open_file(path)
     stats = f.stats().to_pandas()
     chunks = stats[(stats.subpartition == 2) & (stats.bytes > 0)].sort_values("offset")
-    blocks = f.blocks(2, max_gap=0)
+    blocks = f.blocks(2, options=ReadOptions(max_gap=0))
     assert [(b.offset, b.end) for b in blocks] == [
         (int(o), int(o + n)) for o, n in zip(chunks.offset, chunks.bytes, strict=True)
     ]
@@ -107,7 +107,7 @@ def test_a_contiguous_run_is_one_range_per_region(tmp_path):
     stats = f.stats().to_pandas()
     run = stats[(stats.subpartition >= 1) & (stats.subpartition <= 4) & (stats.bytes > 0)]
     per_region = run.groupby("region").agg(start=("offset", "min"), size=("bytes", "sum"))
-    blocks = f.blocks(range(1, 5), max_gap=0)
+    blocks = f.blocks(range(1, 5), options=ReadOptions(max_gap=0))
     assert [(b.offset, b.end - b.offset) for b in blocks] == [
         (int(s), int(n)) for s, n in zip(per_region.start, per_region["size"], strict=True)
     ]
@@ -116,7 +116,7 @@ def test_a_contiguous_run_is_one_range_per_region(tmp_path):
 def test_coalescing_obeys_max_gap_and_max_block(tmp_path):
     path = write_one_file(str(tmp_path / "a.arrow"), 4, regions=6)
     f = open_file(path)
-    ranges = f.plan(1)
+    ranges = f.chunk_ranges(1)
     assert [c.offset for c in ranges] == sorted(c.offset for c in ranges)
     gaps = [b.offset - a.end for a, b in itertools.pairwise(ranges)]
     assert len(coalesce(ranges, max_gap=10**9)) == 1
@@ -142,8 +142,8 @@ def test_remote_read_of_one_subpartition_issues_exactly_its_ranges(recmem):
     url = write_one_file(f"{recmem}/f.arrow", 4, regions=5)
     RecordingFileSystem.reads.clear()
     f = open_file(url)
-    expected = [(b.offset, b.end) for b in f.blocks(3, max_gap=0)]
-    got = f.read(3, max_gap=0)
+    expected = [(b.offset, b.end) for b in f.blocks(3, options=ReadOptions(max_gap=0))]
+    got = f.read(3, options=ReadOptions(max_gap=0))
     assert [(s, e) for _, s, e in reads_of(".arrow")] == expected
     assert len(reads_of(".idx")) == 1  # a small index: one request
     whole = pa.ipc.open_file(pa.py_buffer(fsspec.open(url, "rb").open().read())).read_all()
@@ -168,7 +168,7 @@ def test_large_remote_index_costs_at_most_two_requests_in_a_dataset(recmem):
 def test_bytes_in_flight_stay_within_the_budget(recmem):
     url = write_one_file(f"{recmem}/f.arrow", 2, regions=12, rows=60)
     f = open_file(url)
-    blocks = f.blocks(0, max_gap=0)
+    blocks = f.blocks(0, options=ReadOptions(max_gap=0))
     budget = 2 * max(b.end - b.offset for b in blocks)
     events: list[tuple[str, int]] = []
     lock = threading.Lock()
@@ -182,7 +182,9 @@ def test_bytes_in_flight_stay_within_the_budget(recmem):
     # One batch per chunk (chunks are far below max_batch_rows): batch i is block i.
     sizes = iter([b.end - b.offset for b in blocks])
     count = 0
-    for batch in f.iter_batches(0, max_gap=0, max_in_flight=budget, io_threads=4):
+    for batch in f.iter_batches(
+        0, options=ReadOptions(max_gap=0, max_in_flight=budget, io_threads=4)
+    ):
         count += 1
         assert batch.num_rows > 0
         with lock:
@@ -246,7 +248,7 @@ def test_files_of_a_dataset_are_fetched_concurrently(recmem):
     dataset = open_dataset(ds.url)
     # Each file's read of subpartition 1 is one request; both must be in flight at once.
     RecordingFileSystem.barrier = threading.Barrier(2, timeout=30)
-    got = dataset.read(1, io_threads=2)
+    got = dataset.read(1, options=ReadOptions(io_threads=2))
     RecordingFileSystem.barrier = None
     assert len(reads_of(".arrow")) == 2
     files = got["file"].to_numpy()
@@ -265,7 +267,7 @@ def test_transient_errors_are_retried(recmem):
         TimeoutError("read timed out"),
     ]
     RecordingFileSystem.reads.clear()
-    got = open_file(url).read(1, max_gap=10**9)
+    got = open_file(url).read(1, options=ReadOptions(max_gap=10**9))
     assert got.equals(expected)
     assert len(reads_of(".arrow")) == 3  # two failures, then the answer
 
@@ -275,7 +277,7 @@ def test_transient_errors_give_up_after_the_retries(recmem):
     RecordingFileSystem.failures["f.arrow"] = [OSError(errno.EIO, "boom") for _ in range(10)]
     RecordingFileSystem.reads.clear()
     with pytest.raises(ShuffleIOError, match=r"f\.arrow.*failed 4 times.*boom"):
-        open_file(url).read(1, max_gap=10**9)
+        open_file(url).read(1, options=ReadOptions(max_gap=10**9))
     assert len(reads_of(".arrow")) == 4
 
 

@@ -27,6 +27,7 @@ import uuid
 from collections.abc import Iterable
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 
 from arrowshuffle._storage import (
@@ -43,6 +44,7 @@ from arrowshuffle.format.manifest import (
     MANIFEST_NAME,
     Manifest,
     ManifestFile,
+    SubpartitionTotals,
     decode_manifest,
     encode_manifest,
 )
@@ -178,6 +180,7 @@ def commit_dataset(
             partitioner=partitioner,
             files=kept + tuple(new_files),
             properties=dict(properties or {}),
+            sizes=_totals(written, num_subpartitions, previous if kept else None),
         )
         write_manifest(directory, manifest)
     except BaseException:
@@ -189,6 +192,26 @@ def commit_dataset(
         # Leftovers of this job's failed or speculative attempts; other jobs' files stay.
         remove_unlisted(directory, manifest, job_id=job_id)
     return manifest
+
+
+def _totals(
+    written: list[WrittenFile], num_subpartitions: int, previous: Manifest | None
+) -> SubpartitionTotals | None:
+    """Per-subpartition totals of the new manifest, or None when a part of them is unknown.
+
+    An append adds to the previous manifest's totals; a manifest written before totals were
+    recorded has none, and readers then fall back to the indexes.
+    """
+    sizes = np.zeros((2, num_subpartitions), dtype=np.int64)
+    if previous is not None:
+        if previous.sizes is None:
+            return None
+        sizes += np.array([previous.sizes.bytes, previous.sizes.rows], dtype=np.int64)
+    for w in written:
+        if len(w.subpartition_bytes) != num_subpartitions:
+            return None
+        sizes += np.array([w.subpartition_bytes, w.subpartition_rows], dtype=np.int64)
+    return SubpartitionTotals(tuple(sizes[0].tolist()), tuple(sizes[1].tolist()))
 
 
 def abort_dataset(

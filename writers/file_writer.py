@@ -71,6 +71,10 @@ class WrittenFile:
     rows: int
     regions: int
     index_crc32c: int
+    #: Chunk bytes and rows of each subpartition summed over regions (a broadcast chunk
+    #: counted for every subpartition): what a dataset's manifest adds up for read plans.
+    subpartition_bytes: tuple[int, ...] = ()
+    subpartition_rows: tuple[int, ...] = ()
 
 
 def check_schema(schema: pa.Schema) -> pa.Schema:
@@ -333,14 +337,13 @@ class ShuffleFileWriter:
             return np.zeros(0, dtype=np.int64)  # np.asarray([]) is float64: any empty list will do
         if ids.dtype.kind not in "iu":
             raise InvalidOptionError(f"subpartition ids must be integers, found dtype {ids.dtype}")
-        if len(ids):
-            low, high = int(ids.min()), int(ids.max())
-            if low < 0 or high >= self.num_subpartitions:
-                bad = low if low < 0 else high
-                raise InvalidOptionError(
-                    f"subpartition id {bad} is outside [0, {self.num_subpartitions})"
-                )
-        return ids.astype(np.int64, copy=False)
+        low, high = int(ids.min()), int(ids.max())
+        if low < 0 or high >= self.num_subpartitions:
+            bad = low if low < 0 else high
+            raise InvalidOptionError(
+                f"subpartition id {bad} is outside [0, {self.num_subpartitions})"
+            )
+        return ids  # any integer dtype: the sort buffer narrows it once
 
     # ------------------------------------------------------------------ regions
 
@@ -433,6 +436,10 @@ class ShuffleFileWriter:
             index_location = self._location.sibling(INDEX_SUFFIX)
             index_out = AtomicOutput(index_location)
             index_out.file.write(index_bytes)
+            # Both files complete on disk first: a process killed between the two renames is
+            # the only way to leave a data file without its index.
+            self._data.finish()
+            index_out.finish()
             self._data.commit()
             try:
                 index_out.commit()
@@ -450,6 +457,8 @@ class ShuffleFileWriter:
             rows=self._rows,
             regions=len(self._regions),
             index_crc32c=index_checksum(index_bytes),
+            subpartition_bytes=tuple(entries["length"].sum(axis=1, dtype=np.uint64).tolist()),
+            subpartition_rows=tuple(entries["rows"].sum(axis=1, dtype=np.uint64).tolist()),
         )
         return self.written
 

@@ -1,0 +1,331 @@
+"""The one read path of every reader: select → plan → fetch tasks → decode.
+
+Files and datasets read the same way; a file is a dataset of one file (as ``pyarrow.dataset``
+treats a single file). Three ways of describing what to read all become the same list of
+:class:`FileRead` (which subpartitions, and which regions, of which file):
+
+* a subpartition selection (an int, a range, a list; all by default), applied to every file;
+* a consumer of an assignment (``consumer=``, ``num_consumers=``, ``pattern=``);
+* a planned task (``task=``, from :meth:`Readable.plan`).
+
+Every file read is then planned from its index (chunk ranges, proven first), coalesced into
+fetch blocks, grouped into fetch tasks and run by the read scheduler, with the tuning of one
+:class:`~arrowshuffle.readers.scheduler.ReadOptions`.
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, TypeVar
+
+import numpy as np
+import pyarrow as pa
+
+from arrowshuffle.format.errors import InvalidOptionError
+from arrowshuffle.format.units import parse_bytes
+from arrowshuffle.readers.assign import select_reads
+from arrowshuffle.readers.balance import (
+    DEFAULT_SKEW_FACTOR,
+    DEFAULT_SKEW_MIN_BYTES,
+    DEFAULT_TARGET_BYTES,
+    PlannedRead,
+    SubpartitionSizes,
+    plan_reads,
+)
+from arrowshuffle.readers.integrity import Verify
+from arrowshuffle.readers.plan import Subpartitions, subpartition_runs
+from arrowshuffle.readers.scheduler import ReadOptions, ReadTask, run_tasks
+
+if TYPE_CHECKING:
+    from arrowshuffle.readers.file_reader import ShuffleFile
+
+_T = TypeVar("_T")
+_R = TypeVar("_R")
+
+
+@dataclass(frozen=True)
+class FileRead:
+    """One file's part of a read.
+
+    Attributes:
+        file: the file's position in the reader's file list (0 for a single file).
+        subpartitions: the subpartitions to read from it.
+        regions: the regions to read (part of a skew split), or ``None`` for all of them.
+    """
+
+    file: int
+    subpartitions: Subpartitions
+    regions: range | None = None
+
+
+class Readable(abc.ABC):
+    """Reading, written once for files and datasets.
+
+    Subclasses say how many files there are, how to open one, and what sizes they know; the
+    selection, planning, fetching and decoding are the same for both.
+    """
+
+    #: The tuning given at open; a call's ``options=`` replaces it for that call.
+    options: ReadOptions
+
+    @property
+    @abc.abstractmethod
+    def schema(self) -> pa.Schema:
+        """The Arrow schema of every batch."""
+
+    @property
+    @abc.abstractmethod
+    def num_subpartitions(self) -> int:
+        """The subpartition count of every file."""
+
+    @property
+    @abc.abstractmethod
+    def num_files(self) -> int:
+        """How many data files the reader covers."""
+
+    @abc.abstractmethod
+    def file(self, i: int, *, want: Subpartitions | None = None) -> ShuffleFile:
+        """The ``i``-th file, opened on first use (``want``: what a first read asks for)."""
+
+    @property
+    def _remote(self) -> bool:
+        """True when files are fetched over a network (opened concurrently)."""
+        return False
+
+    @abc.abstractmethod
+    def subpartition_sizes(self) -> tuple[np.ndarray, np.ndarray]:
+        """Bytes and rows of every subpartition, summed over files (two arrays of ``N``)."""
+
+    def _sizes_of(self, s: int) -> SubpartitionSizes:
+        """Bytes and rows of subpartition ``s`` per file and region (from the indexes)."""
+
+        def one(f: int) -> tuple[np.ndarray, np.ndarray]:
+            entries = self.file(f, want=s).entries(s, s + 1)[0]
+            return entries["length"].astype(np.int64), entries["rows"].astype(np.int64)
+
+        pairs = self._map_files(one, list(range(self.num_files)), self.options)
+        return SubpartitionSizes([b for b, _ in pairs], [r for _, r in pairs])
+
+    # ---------------------------------------------------------------- selection
+
+    def reads(
+        self,
+        subpartitions: Subpartitions | None = None,
+        *,
+        consumer: int | None = None,
+        num_consumers: int | None = None,
+        pattern: str = "all_to_all",
+        task: PlannedRead | None = None,
+    ) -> list[FileRead]:
+        """What a read with these arguments covers, file by file, in file order.
+
+        ``subpartitions`` applies to every file; ``consumer``/``num_consumers``/``pattern``
+        select what :func:`arrowshuffle.assign` gives that consumer, with each file one
+        producer; ``task`` is one task of :meth:`plan`. One kind of selection at a time.
+
+        Raises:
+            InvalidOptionError: several kinds of selection, or a selection outside the reader.
+        """
+        if task is not None:
+            if subpartitions is not None or consumer is not None or num_consumers is not None:
+                raise InvalidOptionError(
+                    "pass either task= or subpartitions= / consumer=, not both"
+                )
+            return self._task_reads(task)
+        pairs = select_reads(
+            self.num_subpartitions,
+            self.num_files,
+            subpartitions,
+            consumer=consumer,
+            num_consumers=num_consumers,
+            pattern=pattern,
+        )
+        full = range(self.num_subpartitions)
+        return [FileRead(f, full if s is None else s) for f, s in pairs]
+
+    def _task_reads(self, task: PlannedRead) -> list[FileRead]:
+        if not isinstance(task, PlannedRead):
+            raise InvalidOptionError(f"task must be a PlannedRead from plan(), found {task!r}")
+        subpartition_runs(task.subpartitions, self.num_subpartitions)  # refuses foreign ids
+        bad = [f for f in task.files if not 0 <= f < self.num_files]
+        if bad:
+            raise InvalidOptionError(
+                f"the task reads file {bad[0]}, the reader has {self.num_files} files: was it "
+                "planned for another dataset?"
+            )
+        return [FileRead(f, task.subpartitions, task.regions) for f in task.files]
+
+    # ---------------------------------------------------------------- planning
+
+    def plan(
+        self,
+        target_bytes: int | str = DEFAULT_TARGET_BYTES,
+        *,
+        subpartitions: Subpartitions | None = None,
+        skew_factor: float = DEFAULT_SKEW_FACTOR,
+        skew_min_bytes: int | str = DEFAULT_SKEW_MIN_BYTES,
+        max_tasks: int | None = None,
+    ) -> list[PlannedRead]:
+        """Balanced read tasks, planned from sizes alone (no data is read).
+
+        Contiguous small subpartitions are coalesced up to ``target_bytes``; a subpartition
+        above ``skew_factor`` times the median and above ``skew_min_bytes`` is split into tasks over
+        disjoint groups of files (and of regions when one file alone is too big). Every
+        selected (file, subpartition) chunk belongs to exactly one task; read one with
+        ``read(task=t)``. The defaults follow Spark's adaptive execution (skewed-partition
+        factor 5 and threshold 256 MiB).
+
+        Args:
+            target_bytes: the bytes a task aims at (``"128MiB"`` or a count).
+            subpartitions: plan only these (all by default).
+            skew_factor: the multiple of the median above which a subpartition is skewed ...
+            skew_min_bytes: ... when it also holds more than this.
+            max_tasks: the most tasks wanted; the target grows until the plan fits.
+
+        Returns:
+            Tasks in subpartition order.
+        """
+        target = parse_bytes(target_bytes, name="target_bytes")
+        skew_min = parse_bytes(skew_min_bytes, name="skew_min_bytes")
+        selection = range(self.num_subpartitions) if subpartitions is None else subpartitions
+        runs = subpartition_runs(selection, self.num_subpartitions)
+        sizes, rows = self.subpartition_sizes()
+        return plan_reads(
+            sizes,
+            rows,
+            runs,
+            self.num_files,
+            self._sizes_of,
+            target_bytes=target,
+            skew_factor=skew_factor,
+            skew_min_bytes=skew_min,
+            max_tasks=max_tasks,
+        )
+
+    # ---------------------------------------------------------------- fetching
+
+    def read_tasks(
+        self,
+        reads: Sequence[FileRead],
+        *,
+        columns: Sequence[str] | None = None,
+        verify: Verify = "auto",
+        options: ReadOptions | None = None,
+    ) -> list[ReadTask]:
+        """Open and plan every file of ``reads`` (concurrently over a network) into fetch tasks.
+
+        Tasks come in output order: file by file, and within a file in file order.
+        """
+        options = options or self.options
+
+        def prepare(read: FileRead) -> list[ReadTask]:
+            return self.file(read.file, want=read.subpartitions).file_tasks(
+                read.subpartitions,
+                columns=columns,
+                verify=verify,
+                options=options,
+                regions=read.regions,
+            )
+
+        per_file = self._map_files(prepare, list(reads), options)
+        return [task for tasks in per_file for task in tasks]
+
+    def _map_files(
+        self, work: Callable[[_T], _R], items: Sequence[_T], options: ReadOptions
+    ) -> list[_R]:
+        """``work`` on every item, on IO threads when the files are remote."""
+        if not self._remote or len(items) < 2:
+            return [work(item) for item in items]
+        workers = min(options.io_threads, len(items))
+        with ThreadPoolExecutor(workers, thread_name_prefix="arrowshuffle-open") as pool:
+            return list(pool.map(work, items))
+
+    # ---------------------------------------------------------------- reading
+
+    def iter_batches(
+        self,
+        subpartitions: Subpartitions | None = None,
+        *,
+        columns: Sequence[str] | None = None,
+        verify: Verify = "auto",
+        consumer: int | None = None,
+        num_consumers: int | None = None,
+        pattern: str = "all_to_all",
+        task: PlannedRead | None = None,
+        options: ReadOptions | None = None,
+    ) -> Iterator[pa.RecordBatch]:
+        """Yield the record batches of a selection, file by file, each in file order.
+
+        For one subpartition that is write order. A run of subpartitions yields, region by
+        region, each subpartition's rows in ascending subpartition order; a broadcast chunk is
+        fetched once and yielded once per requested subpartition.
+
+        Arguments are checked and the index entries fetched when this is called; data is
+        fetched as the iterator is consumed, at most ``options.max_in_flight`` bytes ahead.
+
+        Args:
+            subpartitions: an int, a range or an iterable of ints; all by default.
+            columns: names of the columns to return, in that order.
+            verify: check every chunk's CRC32C before decoding it: ``"auto"`` (the default)
+                for object stores and not for local files, ``True`` always, ``False`` never.
+                A chunk of an object store that fails its check is fetched again.
+            consumer: read what this consumer is assigned instead of ``subpartitions``.
+            num_consumers: how many consumers share the data.
+            pattern: ``"all_to_all"`` or ``"pointwise"``; see :func:`arrowshuffle.assign`.
+            task: read one task of :meth:`plan` instead.
+            options: the tuning of this read (coalescing, memory, IO threads); by default the
+                one given at open.
+        """
+        options = options or self.options
+        if columns is not None:
+            select_schema(self.schema, columns)
+        reads = self.reads(
+            subpartitions,
+            consumer=consumer,
+            num_consumers=num_consumers,
+            pattern=pattern,
+            task=task,
+        )
+        tasks = self.read_tasks(reads, columns=columns, verify=verify, options=options)
+        return run_tasks(tasks, options)
+
+    def read(
+        self,
+        subpartitions: Subpartitions | None = None,
+        *,
+        columns: Sequence[str] | None = None,
+        verify: Verify = "auto",
+        consumer: int | None = None,
+        num_consumers: int | None = None,
+        pattern: str = "all_to_all",
+        task: PlannedRead | None = None,
+        options: ReadOptions | None = None,
+    ) -> pa.Table:
+        """Read a selection into one table; the arguments are those of :meth:`iter_batches`."""
+        schema = self.schema if columns is None else select_schema(self.schema, columns)
+        batches = self.iter_batches(
+            subpartitions,
+            columns=columns,
+            verify=verify,
+            consumer=consumer,
+            num_consumers=num_consumers,
+            pattern=pattern,
+            task=task,
+            options=options,
+        )
+        return pa.Table.from_batches(list(batches), schema=schema)
+
+
+def select_schema(schema: pa.Schema, columns: Sequence[str]) -> pa.Schema:
+    """The schema of a projection, or :class:`InvalidOptionError` for unknown columns."""
+    if isinstance(columns, str):
+        raise InvalidOptionError(f"columns must be a list of names, found the string {columns!r}")
+    missing = [c for c in columns if c not in schema.names]
+    if missing:
+        raise InvalidOptionError(
+            f"no column {missing[0]!r} in the data; its columns are {schema.names}"
+        )
+    return pa.schema([schema.field(c) for c in columns], metadata=schema.metadata)
