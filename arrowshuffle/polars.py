@@ -13,6 +13,11 @@ a manifest, and a single data file otherwise (see
 :func:`arrowshuffle.readers.dataset.open_shuffle`); :func:`scan_file` and :func:`scan_dataset`
 skip the guess.
 
+Balanced reads: :func:`scan_tasks` plans the read from the index sizes alone (coalescing small
+subpartitions, splitting a hot one over files) and returns one LazyFrame per planned task, for
+``polars.collect_all`` or for a pool of workers; ``scan(..., task=t)`` reads one task of a plan
+made with ``plan()``.
+
 polars is an optional dependency: ``pip install 'arrowshuffle[polars]'``.
 """
 
@@ -25,15 +30,22 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 
 from arrowshuffle.format.errors import InvalidOptionError
+from arrowshuffle.readers.balance import (
+    DEFAULT_SKEW_FACTOR,
+    DEFAULT_SKEW_MIN_BYTES,
+    DEFAULT_TARGET_BYTES,
+    PlannedRead,
+)
 from arrowshuffle.readers.dataset import ShuffleDataset, open_dataset, open_shuffle
 from arrowshuffle.readers.file_reader import ShuffleFile, open_file
 from arrowshuffle.readers.integrity import Verify, resolve_verify
 from arrowshuffle.readers.plan import Subpartitions
+from arrowshuffle.readers.scheduler import ReadOptions
 
 if TYPE_CHECKING:
     import polars as pl
 
-__all__ = ["read", "scan", "scan_dataset", "scan_file"]
+__all__ = ["read", "scan", "scan_dataset", "scan_file", "scan_tasks"]
 
 INSTALL_HINT = "pip install 'arrowshuffle[polars]'"
 #: Rows gathered before one conversion to polars when polars gives no batch size.
@@ -59,6 +71,8 @@ def scan(
     pattern: str = "all_to_all",
     *,
     verify: Verify = "auto",
+    task: PlannedRead | None = None,
+    options: ReadOptions | None = None,
 ) -> pl.LazyFrame:
     """Lazily read a shuffle dataset or file as a polars LazyFrame.
 
@@ -71,17 +85,21 @@ def scan(
         pattern: ``"all_to_all"`` or ``"pointwise"``; see :func:`arrowshuffle.assign`.
         verify: check every chunk's CRC32C before decoding it: ``"auto"`` (the default) for
             object stores and not for local files, ``True`` always, ``False`` never.
+        task: read one task of a plan (``open_dataset(path).plan(...)``) instead of
+            ``subpartitions`` or a consumer's share; see also :func:`scan_tasks`.
+        options: the tuning of the read (coalescing, memory in flight, IO threads).
 
     Returns:
         A LazyFrame; nothing is read from the data files until it is collected.
 
     Raises:
         MissingObjectError: nothing exists at ``path_or_url``.
-        InvalidOptionError: a selection that does not fit the data.
+        InvalidOptionError: a selection that does not fit the data, or a task planned for
+            other data.
     """
     _polars()
     reader = open_shuffle(path_or_url, storage_options)
-    return _scan(reader, subpartitions, consumer, num_consumers, pattern, verify)
+    return _scan(reader, subpartitions, consumer, num_consumers, pattern, verify, task, options)
 
 
 def scan_file(
@@ -93,11 +111,13 @@ def scan_file(
     pattern: str = "all_to_all",
     *,
     verify: Verify = "auto",
+    task: PlannedRead | None = None,
+    options: ReadOptions | None = None,
 ) -> pl.LazyFrame:
     """Like :func:`scan`, for one data file (its index beside it)."""
     _polars()
     reader = open_file(path_or_url, storage_options)
-    return _scan(reader, subpartitions, consumer, num_consumers, pattern, verify)
+    return _scan(reader, subpartitions, consumer, num_consumers, pattern, verify, task, options)
 
 
 def scan_dataset(
@@ -109,11 +129,13 @@ def scan_dataset(
     pattern: str = "all_to_all",
     *,
     verify: Verify = "auto",
+    task: PlannedRead | None = None,
+    options: ReadOptions | None = None,
 ) -> pl.LazyFrame:
     """Like :func:`scan`, for a dataset directory (through its manifest)."""
     _polars()
     reader = open_dataset(path_or_url, storage_options)
-    return _scan(reader, subpartitions, consumer, num_consumers, pattern, verify)
+    return _scan(reader, subpartitions, consumer, num_consumers, pattern, verify, task, options)
 
 
 def read(
@@ -125,6 +147,8 @@ def read(
     pattern: str = "all_to_all",
     *,
     verify: Verify = "auto",
+    task: PlannedRead | None = None,
+    options: ReadOptions | None = None,
 ) -> pl.DataFrame:
     """Read a shuffle dataset or file into a polars DataFrame; see :func:`scan`."""
     frame: pl.DataFrame = scan(
@@ -135,8 +159,66 @@ def read(
         num_consumers,
         pattern,
         verify=verify,
+        task=task,
+        options=options,
     ).collect()
     return frame
+
+
+def scan_tasks(
+    path_or_url: str | os.PathLike[str],
+    target_bytes: int | str = DEFAULT_TARGET_BYTES,
+    *,
+    storage_options: dict[str, Any] | None = None,
+    subpartitions: Subpartitions | None = None,
+    skew_factor: float = DEFAULT_SKEW_FACTOR,
+    skew_min_bytes: int | str = DEFAULT_SKEW_MIN_BYTES,
+    max_tasks: int | None = None,
+    verify: Verify = "auto",
+    options: ReadOptions | None = None,
+) -> list[pl.LazyFrame]:
+    """Plan a balanced read and return one LazyFrame per planned task.
+
+    The plan comes from the sizes the dataset already records (no data is read): contiguous
+    small subpartitions are coalesced up to ``target_bytes``, and a subpartition above
+    ``skew_factor`` times the median and above ``skew_min_bytes`` is split into tasks over
+    disjoint groups of its files (or regions). Together the frames hold exactly the rows of
+    ``scan(path_or_url, subpartitions)``; each frame holds whole subpartitions unless it is
+    part of a split, so per-key aggregations of a split subpartition need a final combine.
+
+    A list rather than an iterator: the plan is made up front anyway, and a list is what
+    ``polars.collect_all`` takes, what ``len()`` sizes a worker pool by, and what can be
+    handed out to workers by position. All frames share one opened reader.
+
+    Args:
+        path_or_url: a dataset directory or a data file (local path or fsspec URL).
+        target_bytes: the chunk bytes a task aims at (``"128MiB"`` or a count).
+        storage_options: passed to fsspec (credentials, endpoint, ...).
+        subpartitions: plan only these (an int, a range or a list of ints); all by default.
+        skew_factor: a subpartition above this multiple of the median is skewed ...
+        skew_min_bytes: ... when it also holds more than this many bytes.
+        max_tasks: the most tasks wanted; the target grows until the plan fits.
+        verify: as in :func:`scan`.
+        options: the tuning of every task's read (coalescing, memory in flight, IO threads).
+
+    Returns:
+        One LazyFrame per task, in plan order (subpartition order).
+
+    Raises:
+        MissingObjectError: nothing exists at ``path_or_url``.
+        InvalidOptionError: a selection that does not fit the data, or a planning option out
+            of range.
+    """
+    _polars()
+    reader = open_shuffle(path_or_url, storage_options)
+    tasks = reader.plan(
+        target_bytes,
+        subpartitions=subpartitions,
+        skew_factor=skew_factor,
+        skew_min_bytes=skew_min_bytes,
+        max_tasks=max_tasks,
+    )
+    return [_scan(reader, None, None, None, "all_to_all", verify, task, options) for task in tasks]
 
 
 def _scan(
@@ -146,6 +228,8 @@ def _scan(
     num_consumers: int | None,
     pattern: str,
     verify: Verify,
+    task: PlannedRead | None = None,
+    options: ReadOptions | None = None,
 ) -> pl.LazyFrame:
     polars = _polars()
     from polars.io.plugins import register_io_source
@@ -154,13 +238,13 @@ def _scan(
         "consumer": consumer,
         "num_consumers": num_consumers,
         "pattern": pattern,
+        "task": task,
     }
     # Check the selection now, so that a bad one fails at scan() rather than at collect().
     resolve_verify(verify, remote=False)
-    if isinstance(reader, ShuffleDataset):
-        reader.reads(subpartitions, **selection)
-    else:
-        reader.selection(subpartitions, **selection)
+    if options is not None and not isinstance(options, ReadOptions):
+        raise InvalidOptionError(f"options must be a ReadOptions, found {options!r}")
+    reader.reads(subpartitions, **selection)
     arrow_schema = reader.schema
     schema = polars.from_arrow(arrow_schema.empty_table()).schema
 
@@ -173,7 +257,9 @@ def _scan(
         if n_rows is not None and n_rows <= 0:
             return
         columns = _columns_to_read(with_columns, predicate, arrow_schema.names)
-        batches = reader.iter_batches(subpartitions, columns=columns, verify=verify, **selection)
+        batches = reader.iter_batches(
+            subpartitions, columns=columns, verify=verify, options=options, **selection
+        )
         read_schema = (
             arrow_schema if columns is None else pa.schema([arrow_schema.field(c) for c in columns])
         )
@@ -209,6 +295,8 @@ def _scan(
         detail += f" subpartitions={subpartitions!r}"
     if consumer is not None:
         detail += f" consumer={consumer}/{num_consumers} {pattern}"
+    if task is not None:
+        detail += f" task={_describe(task)}"
     frame: pl.LazyFrame = register_io_source(
         source,
         schema=schema,
@@ -217,6 +305,18 @@ def _scan(
         explain_detail=detail,
     )
     return frame
+
+
+def _describe(task: PlannedRead) -> str:
+    """A task in a few words, for ``explain()``."""
+    sub = task.subpartitions
+    text = (
+        f"subpartitions {sub.start}-{sub.stop - 1}" if len(sub) > 1 else f"subpartition {sub.start}"
+    )
+    text += f", {len(task.files)} files" if len(task.files) != 1 else f", file {task.files[0]}"
+    if task.regions is not None:
+        text += f", regions {task.regions.start}-{task.regions.stop - 1}"
+    return f"({text}, {task.bytes} bytes, {task.rows} rows)"
 
 
 def _columns_to_read(

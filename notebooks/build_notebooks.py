@@ -321,8 +321,8 @@ LAYOUT: list[Cell] = [
         one chunk per (region, subpartition). This notebook looks at that layout with the same
         library functions that `arrowshuffle inspect` uses (`dataset_layout` and
         `dataset_summary`; `file_layout` and `layout_summary` for one file), draws it as a
-        heatmap, computes skew statistics, and shows what one hot key does to a subpartition
-        and to the consumer that reads it.
+        heatmap, computes skew statistics, shows what one hot key does to a subpartition and
+        to the consumer that reads it, and how a read plan balances the tasks again.
         """,
     ),
     (
@@ -588,6 +588,109 @@ LAYOUT: list[Cell] = [
         """,
     ),
     (
+        "md",
+        """
+        ## Planning balanced reads
+
+        One task per subpartition leaves one task with the hot key's bytes while the others
+        wait. `plan()` balances the tasks from the sizes the dataset already records (the
+        manifest's per-subpartition totals, and the index slices of the subpartitions it
+        splits), without reading any data: contiguous small subpartitions are **coalesced** up
+        to `target_bytes`, and a subpartition above `skew_factor` x the median and above
+        `skew_min_bytes` is **split** into tasks over disjoint groups of its files. The
+        defaults (128 MiB, 5x, 256 MiB) suit production sizes; this dataset has a few MB, so
+        the target is an eighth of it and the skew threshold 64 KiB. `arrowshuffle plan PATH
+        --target-bytes ...` prints the same plan.
+        """,
+    ),
+    (
+        "code",
+        """
+        subpartition_bytes, _ = skewed.subpartition_sizes()
+        target = int(subpartition_bytes.sum()) // 8
+        tasks = skewed.plan(target, skew_min_bytes="64KiB")
+
+        with contextlib.redirect_stdout(io.StringIO()) as printed:
+            cli = ["plan", "--json", skewed.url, "--target-bytes", str(target), "--skew-min-bytes", "64KiB"]
+            assert arrowshuffle_cli(cli) == 0
+        from_cli = json.loads(printed.getvalue())
+        assert from_cli["tasks"] == [t.to_dict() for t in tasks]
+
+        before = subpartition_bytes.astype(float)
+        after = np.array([t.bytes for t in tasks], dtype=float)
+        skew_before, skew_after = before.max() / before.mean(), after.max() / after.mean()
+        assert np.isclose(skew_before, from_cli["skew_before"])
+        assert np.isclose(skew_after, from_cli["skew_after"])
+        print(f"{NUM_SUBPARTITIONS} tasks before, {len(tasks)} after planning (target {target:,} bytes)")
+        print(f"skew (max/mean task bytes): {skew_before:.2f} before, {skew_after:.2f} after")
+
+
+        def ids(first, last):
+            return str(first) if first == last else f"{first}-{last}"
+
+
+        plan_table = pl.DataFrame(
+            [
+                {
+                    "subpartitions": ids(t.subpartitions[0], t.subpartitions[-1]),
+                    "files": "all" if len(t.files) == NUM_FILES else ids(t.files[0], t.files[-1]),
+                    "bytes": t.bytes,
+                    "rows": t.rows,
+                }
+                for t in tasks
+            ]
+        )
+        with pl.Config(tbl_rows=len(tasks)):
+            print(plan_table)
+        """,
+    ),
+    (
+        "md",
+        """
+        Each task reads through the same path as any other read (`skewed.read(task=t)`, or one
+        polars LazyFrame per task with `arrowshuffle.polars.scan_tasks`). Together the tasks
+        return every row exactly once: the same rows as one read of the whole dataset.
+        """,
+    ),
+    (
+        "code",
+        """
+        from arrowshuffle.polars import read as read_polars
+        from arrowshuffle.polars import scan_tasks
+
+        frames = scan_tasks(skewed.url, target, skew_min_bytes="64KiB")
+        parts = pl.collect_all(frames)
+        assert [p.height for p in parts] == [t.rows for t in tasks]
+        everything = read_polars(skewed.url)
+        assert sum(p.height for p in parts) == skewed.num_rows == everything.height
+        assert pl.concat(parts).sort(pl.all()).equals(everything.sort(pl.all()))
+        print(f"{len(parts)} tasks cover all {skewed.num_rows:,} rows")
+        """,
+    ),
+    (
+        "code",
+        """
+        figure, (left, right) = plt.subplots(1, 2, figsize=(12, 3.8), sharey=True, layout="constrained")
+        colors = ["tab:red" if s == hot else "tab:orange" for s in range(NUM_SUBPARTITIONS)]
+        left.bar(np.arange(NUM_SUBPARTITIONS), before / 1e6, color=colors)
+        left.axhline(before.mean() / 1e6, color="black", linestyle="--", label="mean")
+        left.set_xlabel("task = subpartition")
+        left.set_ylabel("MB read by the task")
+        left.set_title(f"One task per subpartition: max/mean {skew_before:.2f}")
+        left.legend()
+
+        split = [len(t.files) < NUM_FILES for t in tasks]
+        colors = ["tab:red" if s else "tab:blue" for s in split]
+        right.bar(np.arange(len(tasks)), after / 1e6, color=colors)
+        right.axhline(after.mean() / 1e6, color="black", linestyle="--", label="mean")
+        right.set_xlabel("planned task (red: part of the split hot subpartition)")
+        right.set_title(f"Planned tasks: max/mean {skew_after:.2f}")
+        right.legend()
+        figure.savefig(OUTPUT / "plan_tasks.png", dpi=100)
+        plt.show()
+        """,
+    ),
+    (
         "code",
         """
         shutil.rmtree(WORK)
@@ -637,7 +740,7 @@ READ_COST: list[Cell] = [
         import pyarrow as pa
         from moto.server import ThreadedMotoServer
 
-        from arrowshuffle import ShuffleFileWriter, open_dataset
+        from arrowshuffle import ReadOptions, ShuffleFileWriter, open_dataset
         from arrowshuffle.readers.dataset_layout import dataset_layout
         from arrowshuffle.writers.dataset_writer import (
             commit_dataset,
@@ -826,7 +929,7 @@ READ_COST: list[Cell] = [
                 first = consumer * per_consumer
                 need = needed_bytes(base_layout, range(NUM_FILES), range(first, first + per_consumer))
                 for max_gap in (None, 0):
-                    gap = {} if max_gap is None else {"max_gap": max_gap}
+                    gap = {} if max_gap is None else {"options": ReadOptions(max_gap=max_gap)}
                     read = measured_read(base_url, consumer=consumer, num_consumers=num_consumers, **gap)
                     rows.append(
                         {
@@ -899,7 +1002,7 @@ READ_COST: list[Cell] = [
             layout = dataset_layout(open_dataset(url, STORAGE))
             need = needed_bytes(layout, range(NUM_FILES), [5])
             for max_gap in (None, 0):
-                gap = {} if max_gap is None else {"max_gap": max_gap}
+                gap = {} if max_gap is None else {"options": ReadOptions(max_gap=max_gap)}
                 read = measured_read(url, subpartitions=5, **gap)
                 rows.append(
                     {
@@ -956,7 +1059,7 @@ READ_COST: list[Cell] = [
             dataset = open_dataset(url, STORAGE)
             need = needed_bytes(dataset_layout(dataset), range(NUM_FILES), [5])
             uncompressed = uncompressed or need
-            read = measured_read(url, subpartitions=5, max_gap=0)
+            read = measured_read(url, subpartitions=5, options=ReadOptions(max_gap=0))
             rows.append(
                 {
                     "compression": compression,

@@ -31,6 +31,7 @@ EXPECTED_PLOTS = {
         "layout_even.png",
         "layout_skewed.png",
         "skew_subpartitions.png",
+        "plan_tasks.png",
     ],
     "03_read_cost.ipynb": [
         "read_cost_consumers.png",

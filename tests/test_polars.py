@@ -10,6 +10,7 @@ from dataset_factory import SCHEMA, canonical, expected_rows, read_whole_file, w
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from arrowshuffle import ReadOptions, open_dataset, open_file
 from arrowshuffle.format.errors import InvalidOptionError, MissingObjectError
 from arrowshuffle.readers.assign import assign
 
@@ -142,3 +143,119 @@ def test_missing_polars_gives_an_install_hint(ds, monkeypatch):
     monkeypatch.setitem(sys.modules, "polars", None)
     with pytest.raises(ImportError, match=r"pip install 'arrowshuffle\[polars\]'"):
         asp.scan(ds.url)
+
+
+# ---------------------------------------------------------------------- planned tasks
+
+
+@pytest.fixture(scope="module")
+def hot(tmp_path_factory):
+    """Most rows in subpartition 0, and a broadcast batch in every file."""
+    return write_dataset(
+        str(tmp_path_factory.mktemp("pl-hot")),
+        num_files=4,
+        num_subpartitions=N,
+        batches_per_file=5,
+        rows_per_batch=60,
+        broadcast_batches=(1,),
+        skew=True,
+        seed=5,
+    )
+
+
+#: Small enough that subpartition 0 is split over files and regions, the rest coalesced.
+PLAN = {"target_bytes": 3000, "skew_factor": 2.0, "skew_min_bytes": 0}
+
+
+def collect_all(frames) -> pa.Table:
+    tables = [to_arrow(f) for f in pl.collect_all(frames)]
+    return pa.concat_tables(tables) if tables else SCHEMA.empty_table()
+
+
+@pytest.mark.parametrize("selection", [None, [0, 2, 3], range(1, N)])
+def test_scan_tasks_together_equal_scan(hot, selection):
+    frames = asp.scan_tasks(hot.url, subpartitions=selection, **PLAN)
+    planned = open_dataset(hot.url).plan(subpartitions=selection, **PLAN)
+    assert isinstance(frames, list) and len(frames) == len(planned)
+    if selection is None:
+        assert any(len(t.files) < 4 for t in planned), "the hot subpartition should be split"
+    got = collect_all(frames)
+    want = to_arrow(asp.scan(hot.url, selection).collect())
+    assert canonical(got).equals(canonical(want))
+
+
+@pytest.mark.parametrize("engine", ["in-memory", "streaming"])
+def test_scan_of_one_task_reads_that_task(hot, engine):
+    ds = open_dataset(hot.url)
+    for task in ds.plan(**PLAN):
+        got = to_arrow(asp.scan(hot.url, task=task).collect(engine=engine))
+        assert got.num_rows == task.rows
+        assert canonical(got).equals(canonical(ds.read(task=task)))
+
+
+def test_pushdown_applies_to_a_task(hot):
+    ds = open_dataset(hot.url)
+    task = max(ds.plan(**PLAN), key=lambda t: t.rows)
+    lazy = asp.scan(hot.url, task=task, options=ReadOptions(max_gap=0))
+    want = pl.from_arrow(ds.read(task=task))
+    got = lazy.filter(pl.col("value") > 0).select("id", "sp").collect().sort("id")
+    assert got.equals(want.filter(pl.col("value") > 0).select("id", "sp").sort("id"))
+    assert lazy.head(5).collect().height == 5
+    assert "task=(" in lazy.explain()
+
+
+def test_read_and_scan_file_take_a_task(hot):
+    one = open_file(hot.data_urls[2])
+    tasks = one.plan(**PLAN)
+    assert all(t.files == (0,) for t in tasks)
+    frames = [asp.scan_file(hot.data_urls[2], task=t) for t in tasks]
+    assert canonical(collect_all(frames)).equals(canonical(one.read()))
+    first = asp.read(hot.data_urls[2], task=tasks[0])
+    assert canonical(to_arrow(first)).equals(canonical(one.read(task=tasks[0])))
+    frames = asp.scan_tasks(hot.data_urls[2], **PLAN)
+    assert canonical(collect_all(frames)).equals(canonical(one.read()))
+
+
+def test_scan_tasks_options(hot):
+    frames = asp.scan_tasks(hot.url, max_tasks=2, options=ReadOptions(max_in_flight=4096))
+    assert len(frames) <= 2
+    assert canonical(collect_all(frames)).equals(canonical(open_dataset(hot.url).read()))
+    assert asp.scan_tasks(hot.url, subpartitions=[]) == []
+
+
+def test_bad_tasks_fail_at_scan_time(hot, ds):
+    task = open_dataset(hot.url).plan(**PLAN)[0]
+    with pytest.raises(InvalidOptionError, match="not both"):
+        asp.scan(hot.url, 1, task=task)
+    split = next(t for t in open_dataset(hot.url).plan(**PLAN) if t.files[-1] == 3)
+    with pytest.raises(InvalidOptionError, match="reads file 3, the reader has 3 files"):
+        asp.scan(ds.url, task=split)
+    with pytest.raises(InvalidOptionError, match="PlannedRead"):
+        asp.scan(hot.url, task=(0, 1))
+    with pytest.raises(InvalidOptionError, match="target_bytes"):
+        asp.scan_tasks(hot.url, target_bytes=0)
+    with pytest.raises(InvalidOptionError, match="options must be a ReadOptions"):
+        asp.scan(hot.url, options={"max_gap": 0})
+
+
+def test_scan_tasks_on_s3(s3_endpoint, s3_bucket):
+    storage = s3_endpoint.storage_options()
+    written = write_dataset(
+        f"{s3_bucket}/hot",
+        num_files=3,
+        num_subpartitions=N,
+        batches_per_file=4,
+        broadcast_batches=(2,),
+        skew=True,
+        seed=11,
+        storage_options=storage,
+    )
+    frames = asp.scan_tasks(written.url, storage_options=storage, **PLAN)
+    planned = open_dataset(written.url, storage).plan(**PLAN)
+    assert len(frames) == len(planned) and any(len(t.files) < 3 for t in planned)
+    got = collect_all(frames)
+    want = to_arrow(asp.scan(written.url, storage_options=storage).collect())
+    assert canonical(got).equals(canonical(want))
+    task = planned[0]
+    one = asp.scan(written.url, storage_options=storage, task=task, verify=True).collect()
+    assert one.height == task.rows

@@ -1,0 +1,258 @@
+"""Balanced read plans: task sizes on skewed keys, and the time to plan a large dataset.
+
+Run from the repository root::
+
+    python -m benchmarks.bench_plan                          # 2M rows, 8 files x 64 subpartitions
+    python -m benchmarks.bench_plan --rows 400000 --repeats 3 --out /tmp/plan.json
+
+Two parts:
+
+* **Task balance.** The same generated rows twice, hash-partitioned by ``key`` with
+  ``arrowshuffle.write_dataset(..., by="key")`` into ``--files`` files (one per producer) of
+  ``--subpartitions`` subpartitions: once with a third of the rows on one key (the main job's
+  hot key), once with Zipf(1.1) keys. For each, the slowest task's bytes over the mean task's
+  bytes (max/mean), without a plan (one task per subpartition) and with
+  ``plan(target_bytes=total/16, skew_min_bytes=total/256)``: the target gives about 16 tasks
+  whatever the data size, and a threshold far below the target lets any subpartition above
+  5x the median (Spark's default factor) be split. Goal: max/mean at most 1.5 with the plan.
+* **Planning time.** A synthetic manifest of ``--plan-files`` files x ``--plan-subpartitions``
+  subpartitions (10,000 x 1,000 by default) with per-subpartition totals; the files do not
+  exist. The median wall time of ``open_dataset(dir).plan()`` (reading and decoding the
+  manifest included) over ``--repeats`` runs, next to ``json.loads`` of the same bytes. The
+  totals vary within 2x, so with the default skew settings (5x the median and 256 MiB) no
+  subpartition is split: a split reads the index slices of the files, which a synthetic
+  manifest does not have; the script checks that no task was split. Also timed: opening
+  alone, and planning alone on an opened dataset.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import tempfile
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+import arrowshuffle
+from arrowshuffle._storage import resolve
+from arrowshuffle.format.manifest import Manifest, ManifestFile, SubpartitionTotals
+from arrowshuffle.writers.dataset_writer import new_file_name, write_manifest
+
+#: The key that holds a third of the rows in the hot-key data.
+HOT_KEY = 42
+GOAL = 1.5
+
+
+def keys(kind: str, rows: int, rng: np.random.Generator) -> np.ndarray:
+    """``hot``: uniform over a million keys, a third of the rows on one; ``zipf``: Zipf(1.1)."""
+    if kind == "zipf":
+        return rng.zipf(1.1, rows).astype(np.int64)
+    values = rng.integers(0, 1_000_000, rows, dtype=np.int64)
+    values[rng.random(rows) < 1 / 3] = HOT_KEY
+    return values
+
+
+def write_data(path: Path, kind: str, args: argparse.Namespace) -> arrowshuffle.ShuffleDataset:
+    """``args.files`` producers, each writing its share of the rows as one file."""
+    rng = np.random.default_rng(args.seed)
+    per_file = args.rows // args.files
+    for f in range(args.files):
+        key = keys(kind, per_file, rng)
+        table = pa.table(
+            {
+                "key": key,
+                "value": rng.standard_normal(per_file),
+                "payload": pa.array(rng.integers(0, 10**9, per_file)).cast(pa.string()),
+            }
+        )
+        arrowshuffle.write_dataset(
+            table,
+            path,
+            num_subpartitions=args.subpartitions,
+            by="key",
+            memory=args.memory,
+            mode="overwrite" if f == 0 else "append",
+        )
+    return arrowshuffle.open_dataset(path)
+
+
+def ratio(values: np.ndarray) -> float:
+    return float(values.max() / values.mean())
+
+
+def balance(kind: str, args: argparse.Namespace, work: Path) -> dict[str, Any]:
+    dataset = write_data(work / kind, kind, args)
+    sizes, rows = dataset.subpartition_sizes()
+    total = int(sizes.sum())
+    target, skew_min = max(1, total // 16), max(1, total // 256)
+    seconds = []
+    for _ in range(args.repeats):
+        start = time.perf_counter()
+        tasks = dataset.plan(target, skew_min_bytes=skew_min)
+        seconds.append(time.perf_counter() - start)
+    task_bytes = np.array([t.bytes for t in tasks], dtype=np.float64)
+    task_rows = np.array([t.rows for t in tasks], dtype=np.float64)
+    assert int(task_rows.sum()) == dataset.num_rows, "the plan must cover every row"
+    split = sorted({t.subpartitions.start for t in tasks if len(t.files) < dataset.num_files})
+    result = {
+        "data": kind,
+        "rows": dataset.num_rows,
+        "files": dataset.num_files,
+        "subpartitions": dataset.num_subpartitions,
+        "total_bytes": total,
+        "target_bytes": target,
+        "skew_min_bytes": skew_min,
+        "skew_factor": 5.0,
+        "without_plan": {
+            "tasks": int(sizes.size),
+            "max_over_mean_bytes": ratio(sizes.astype(np.float64)),
+            "max_over_mean_rows": ratio(rows.astype(np.float64)),
+            "largest_share": float(sizes.max() / total),
+        },
+        "with_plan": {
+            "tasks": len(tasks),
+            "max_over_mean_bytes": ratio(task_bytes),
+            "max_over_mean_rows": ratio(task_rows),
+            "largest_share": float(task_bytes.max() / total),
+            "split_subpartitions": split,
+            "split_tasks": sum(1 for t in tasks if len(t.files) < dataset.num_files),
+            "plan_median_s": statistics.median(seconds),
+        },
+    }
+    before, after = result["without_plan"], result["with_plan"]
+    print(
+        f"{kind:<5} {total / 1e6:8.1f} MB  max/mean bytes: {before['max_over_mean_bytes']:.2f} "
+        f"({before['tasks']} tasks, one per subpartition) -> {after['max_over_mean_bytes']:.2f} "
+        f"({after['tasks']} tasks, subpartitions {split} split; target {target:,} B, "
+        f"skew min {skew_min:,} B)"
+    )
+    return result
+
+
+def synthetic_manifest(num_files: int, n: int, seed: int) -> Manifest:
+    """``num_files`` entries and per-subpartition totals within 2x of each other."""
+    rng = np.random.default_rng(seed)
+    # About 50 MiB per subpartition: a 128 MiB target coalesces two or three of them.
+    sub_bytes = rng.integers(35 << 20, 70 << 20, n, dtype=np.int64)
+    sub_rows = sub_bytes // 100
+    file_bytes = int(sub_bytes.sum()) // num_files
+    job = uuid.uuid4().hex
+    files = tuple(
+        ManifestFile(
+            data=(name := new_file_name(i, f"{i:08x}", job_id=job)),
+            index=name + ".idx",
+            data_size=file_bytes,
+            index_size=64 + 24 * n,
+            rows=file_bytes // 100,
+            regions=1,
+            index_crc32c=0,
+        )
+        for i in range(num_files)
+    )
+    return Manifest(
+        schema=pa.schema([("key", pa.int64()), ("value", pa.float64())]),
+        num_subpartitions=n,
+        partitioner={"name": "hash", "keys": ["key"], "num_subpartitions": n},
+        files=files,
+        sizes=SubpartitionTotals(tuple(sub_bytes.tolist()), tuple(sub_rows.tolist())),
+    )
+
+
+def planning_time(args: argparse.Namespace, work: Path) -> dict[str, Any]:
+    path = work / "synthetic"
+    path.mkdir()
+    write_manifest(
+        resolve(str(path), None),
+        synthetic_manifest(args.plan_files, args.plan_subpartitions, args.seed),
+    )
+    raw = (path / "_arrowshuffle_manifest.json").read_bytes()
+
+    def timed(work: Any) -> tuple[list[float], Any]:
+        seconds, result = [], None
+        work()  # warm up: imports, page cache
+        for _ in range(args.repeats):
+            start = time.perf_counter()
+            result = work()
+            seconds.append(time.perf_counter() - start)
+        return seconds, result
+
+    plan_s, tasks = timed(lambda: arrowshuffle.open_dataset(path).plan())
+    open_s, opened = timed(lambda: arrowshuffle.open_dataset(path))
+    alone_s, _ = timed(lambda: opened.plan())
+    parse_s, _ = timed(lambda: json.loads(raw))
+    if any(len(t.files) != args.plan_files for t in tasks):
+        raise SystemExit("a synthetic subpartition was split: its files do not exist")
+
+    def stat(seconds: list[float]) -> dict[str, float]:
+        return {
+            "median_s": statistics.median(seconds),
+            "min_s": min(seconds),
+            "max_s": max(seconds),
+        }
+
+    result = {
+        "files": args.plan_files,
+        "subpartitions": args.plan_subpartitions,
+        "manifest_bytes": len(raw),
+        "tasks": len(tasks),
+        "target_bytes": 128 << 20,
+        "skew_note": "default skew settings; totals within 2x, so nothing is split",
+        "open_and_plan": stat(plan_s),
+        "open_only": stat(open_s),
+        "plan_only": stat(alone_s),
+        "json_loads": stat(parse_s),
+    }
+    print(
+        f"plan {args.plan_files:,} files x {args.plan_subpartitions:,} subpartitions "
+        f"({len(raw) / 1e6:.1f} MB manifest, {len(tasks)} tasks): open + plan "
+        f"{result['open_and_plan']['median_s'] * 1e3:.0f} ms (open alone "
+        f"{result['open_only']['median_s'] * 1e3:.0f} ms, plan alone "
+        f"{result['plan_only']['median_s'] * 1e3:.1f} ms, json.loads "
+        f"{result['json_loads']['median_s'] * 1e3:.0f} ms), median of {args.repeats}"
+    )
+    return result
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rows", type=int, default=2_000_000, help="rows of each dataset")
+    parser.add_argument("--files", type=int, default=8, help="files (producers) per dataset")
+    parser.add_argument("--subpartitions", type=int, default=64)
+    parser.add_argument("--memory", default="16MiB", help="each writer's sort buffer")
+    parser.add_argument("--plan-files", type=int, default=10_000)
+    parser.add_argument("--plan-subpartitions", type=int, default=1_000)
+    parser.add_argument("--repeats", type=int, default=5, help="runs per timing")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--out", default=None, help="write the results as JSON here")
+    args = parser.parse_args(argv)
+    with tempfile.TemporaryDirectory(prefix="arrowshuffle-bench-plan-") as tmp:
+        work = Path(tmp)
+        balances = [balance(kind, args, work) for kind in ("hot", "zipf")]
+        report = {
+            "config": {
+                "rows": args.rows,
+                "files": args.files,
+                "subpartitions": args.subpartitions,
+                "memory": args.memory,
+                "repeats": args.repeats,
+                "goal_max_over_mean": GOAL,
+            },
+            "balance": balances,
+            "planning": planning_time(args, work),
+        }
+    missed = [b["data"] for b in balances if b["with_plan"]["max_over_mean_bytes"] > GOAL]
+    if missed:
+        print(f"above the {GOAL}x goal with the plan: {', '.join(missed)}")
+    if args.out:
+        Path(args.out).write_text(json.dumps(report, indent=2) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,180 @@
+"""Planned reads of real datasets: every chunk exactly once, and the rows of a plain read.
+
+Random datasets (file counts, sizes, skew, broadcast regions, region sizes) are written to disk
+or to the local S3 endpoint, planned with random small targets and skew thresholds, and read
+task by task: the tasks together must return the multiset of rows of ``ds.read()`` of the same
+selection, and cover every selected (file, region, subpartition) chunk exactly once.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import tempfile
+import uuid
+from collections import Counter
+from typing import Any
+
+import pyarrow as pa
+import pytest
+from dataset_factory import SCHEMA, WrittenDataset, canonical, write_dataset
+from hypothesis import HealthCheck, currently_in_test_context, event, given, settings
+from hypothesis import strategies as st
+
+from arrowshuffle import PlannedRead, ShuffleDataset, open_dataset
+from arrowshuffle._storage import resolve
+from arrowshuffle.readers.plan import Subpartitions, subpartition_runs
+from arrowshuffle.writers.dataset_writer import write_manifest
+
+
+@dataclasses.dataclass(frozen=True)
+class Case:
+    """One random dataset, plan and selection."""
+
+    layout: dict[str, Any]
+    plan: dict[str, Any]
+    selection: Subpartitions | None
+
+
+@st.composite
+def cases(draw: st.DrawFn, max_files: int = 4) -> Case:
+    n = draw(st.integers(1, 9))
+    batches = draw(st.integers(1, 5))  # datasets without rows: test_datasets_without_rows
+    layout = {
+        "num_files": draw(st.integers(1, max_files)),
+        "num_subpartitions": n,
+        "batches_per_file": batches,
+        "rows_per_batch": draw(st.integers(1, 60)),
+        # Small sort buffers give files several regions, so that splits can cut files apart.
+        "memory": draw(st.sampled_from([1024, 2048, 4096, 1 << 20])),
+        "broadcast_batches": tuple(draw(st.sets(st.integers(0, max(batches - 1, 0)), max_size=2))),
+        "skew": draw(st.booleans()),
+        "seed": draw(st.integers(0, 2**16)),
+    }
+    plan = {
+        # Small targets and thresholds often, so that hot subpartitions are split.
+        "target_bytes": draw(st.integers(1, 4_000) | st.integers(1, 40_000)),
+        "skew_factor": draw(st.sampled_from([0.5, 1.0, 1.5, 2.0, 5.0])),
+        "skew_min_bytes": draw(st.just(0) | st.integers(0, 5_000) | st.integers(0, 50_000)),
+        "max_tasks": draw(st.sampled_from([None, None, None, 1, 2, 5, 30])),
+    }
+    selection = draw(
+        st.none()
+        | st.integers(0, n - 1)
+        | st.lists(st.integers(0, n - 1), max_size=n)
+        | st.builds(lambda a, b: range(min(a, b), max(a, b)), st.integers(0, n), st.integers(0, n))
+    )
+    return Case(layout, plan, selection)
+
+
+def selected_ids(selection: Subpartitions | None, n: int) -> list[int]:
+    runs = subpartition_runs(range(n) if selection is None else selection, n)
+    return [s for run in runs for s in run]
+
+
+def check_coverage(ds: ShuffleDataset, tasks: list[PlannedRead], ids: list[int]) -> None:
+    """Every selected (file, region, subpartition) chunk belongs to exactly one task."""
+    regions = [ds.file(f).num_regions for f in range(ds.num_files)]
+    covered: Counter[tuple[int, int, int]] = Counter()
+    for t in tasks:
+        assert t.files == tuple(sorted(set(t.files))), t
+        if t.regions is not None:
+            assert len(t.files) == 1 and len(t.subpartitions) == 1, t
+            assert 0 <= t.regions.start < t.regions.stop <= regions[t.files[0]], t
+        for f in t.files:
+            for s in t.subpartitions:
+                for r in range(regions[f]) if t.regions is None else t.regions:
+                    covered[(f, s, r)] += 1
+    wanted = {(f, s, r) for f in range(ds.num_files) for s in ids for r in range(regions[f])}
+    twice = [chunk for chunk, count in covered.items() if count > 1]
+    assert not twice, f"chunks planned more than once: {twice[:5]}"
+    assert set(covered) == wanted, (
+        f"missing {sorted(wanted - set(covered))[:5]}, extra {sorted(set(covered) - wanted)[:5]}"
+    )
+
+
+def check_plan(ds: ShuffleDataset, case: Case) -> list[PlannedRead]:
+    tasks = ds.plan(subpartitions=case.selection, **case.plan)
+    ids = selected_ids(case.selection, ds.num_subpartitions)
+    planned_ids = [s for t in tasks for s in t.subpartitions]
+    assert sorted(set(planned_ids)) == ids and planned_ids == sorted(planned_ids)
+    check_coverage(ds, tasks, ids)
+    if currently_in_test_context():  # how often the examples split and coalesce
+        if any(t.regions is not None for t in tasks):
+            event("a file split into regions")
+        elif any(len(t.files) < ds.num_files for t in tasks):
+            event("a subpartition split over files")
+        if any(len(t.subpartitions) > 1 for t in tasks):
+            event("subpartitions coalesced")
+    parts = []
+    for t in tasks:
+        part = ds.read(task=t)
+        assert part.num_rows == t.rows, t
+        parts.append(part)
+    got = pa.concat_tables(parts) if parts else SCHEMA.empty_table()
+    want = ds.read(case.selection)
+    assert sum(t.rows for t in tasks) == want.num_rows
+    assert canonical(got).equals(canonical(want))
+    return tasks
+
+
+def write(url: str, case: Case, storage: dict[str, Any] | None = None) -> WrittenDataset:
+    return write_dataset(url, storage_options=storage, **case.layout)
+
+
+@settings(max_examples=80, deadline=None)
+@given(case=cases())
+def test_tasks_cover_every_chunk_once_and_read_the_same_rows(case: Case) -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        written = write(f"{tmp}/ds", case)
+        check_plan(open_dataset(written.url), case)
+
+
+@pytest.mark.parametrize(("num_files", "batches"), [(0, 3), (2, 0), (3, 2)])
+@pytest.mark.parametrize("plan", [{}, {"target_bytes": 1, "skew_factor": 0.5, "skew_min_bytes": 0}])
+def test_datasets_without_rows(
+    tmp_path: Any, num_files: int, batches: int, plan: dict[str, Any]
+) -> None:
+    case = Case(
+        {
+            "num_files": num_files,
+            "num_subpartitions": 4,
+            "batches_per_file": batches,
+            "broadcast_batches": (0,),
+            "rows_per_batch": 1 if batches == 2 else 10,
+        },
+        plan,
+        None,
+    )
+    written = write(str(tmp_path / "ds"), case)
+    check_plan(open_dataset(written.url), case)
+
+
+@settings(max_examples=25, deadline=None)
+@given(case=cases(max_files=3))
+def test_a_manifest_without_totals_plans_the_same_tasks(case: Case) -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        written = write(f"{tmp}/ds", case)
+        current = open_dataset(written.url)
+        assert current.manifest.sizes is not None
+        tasks = current.plan(subpartitions=case.selection, **case.plan)
+        directory = resolve(written.url, None)
+        write_manifest(directory, dataclasses.replace(written.manifest, sizes=None))
+        older = open_dataset(written.url)
+        assert older.manifest.sizes is None
+        for ours, theirs in zip(
+            older.subpartition_sizes(), current.subpartition_sizes(), strict=True
+        ):
+            assert ours.tolist() == theirs.tolist()
+        assert check_plan(older, case) == tasks
+
+
+@settings(
+    max_examples=8,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(case=cases(max_files=3))
+def test_tasks_on_object_storage(s3_endpoint: Any, s3_bucket: str, case: Case) -> None:
+    storage = s3_endpoint.storage_options()
+    written = write(f"{s3_bucket}/{uuid.uuid4().hex}", case, storage)
+    check_plan(open_dataset(written.url, storage), case)
