@@ -19,12 +19,15 @@ from arrowshuffle.format.errors import (
     UnsupportedVersionError,
 )
 from arrowshuffle.readers.assign import ConsumerAssignment, assign
+from arrowshuffle.readers.balance import PlannedRead
 from arrowshuffle.readers.dataset import ShuffleDataset, open_dataset
 from arrowshuffle.readers.file_reader import ShuffleFile, open_file
 from arrowshuffle.readers.layout import file_layout
+from arrowshuffle.readers.scheduler import ReadOptions
 from arrowshuffle.readers.validate import ValidationReport, validate_file
 from arrowshuffle.readers.validate_dataset import DatasetReport, validate_dataset
 from arrowshuffle.writers.api import write, write_dataset
+from arrowshuffle.writers.compact import CompactionReport, compact
 from arrowshuffle.writers.file_writer import ShuffleFileWriter, WrittenFile
 from arrowshuffle.writers.memory_pool import MemoryPool, set_default_memory_pool
 from arrowshuffle.writers.partitioners import (
@@ -40,6 +43,7 @@ __all__ = [
     "PARTITIONER_NAMES",
     "ArrowShuffleError",
     "ChecksumMismatchError",
+    "CompactionReport",
     "ConsumerAssignment",
     "CorruptFileError",
     "DatasetReport",
@@ -47,6 +51,8 @@ __all__ = [
     "InvalidOptionError",
     "MemoryPool",
     "MissingObjectError",
+    "PlannedRead",
+    "ReadOptions",
     "SchemaMismatchError",
     "ShuffleDataset",
     "ShuffleFile",
@@ -58,6 +64,7 @@ __all__ = [
     "WrittenFile",
     "__version__",
     "assign",
+    "compact",
     "file_layout",
     "make_partitioner",
     "open_dataset",

@@ -1,4 +1,6 @@
-"""The ``arrowshuffle`` command: validate, inspect, read and vacuum shuffle files and datasets.
+"""The ``arrowshuffle`` command: validate, inspect, plan, read and vacuum shuffle data.
+
+Every command takes shuffle files and, where it makes sense, datasets.
 
 Exit status: 0 when everything is valid, 1 when a file breaks a rule of the format, 2 for a
 usage error or a storage problem. Errors are one line on stderr, never a traceback (set
@@ -8,6 +10,14 @@ A PATH of ``validate`` or ``inspect`` may be a dataset (a directory or URL holdi
 ``_arrowshuffle_manifest.json``): it is validated against the manifest rules and every listed
 file's rules, or inspected as a whole. Work over several files shows a progress bar on stderr
 when stderr is a terminal, and nothing when it is piped.
+
+``plan`` prints the balanced read tasks of a file or dataset, planned from sizes alone (the
+manifest's totals, and the index slices of the subpartitions it splits), with the skew before
+(max/mean of subpartition bytes, one task per subpartition) and after (max/mean of task bytes).
+
+``compact`` merges groups of consecutive files of a dataset (up to ``--target-file-size`` of
+data each) into one file per group and replaces the manifest atomically; ``--dry-run`` prints the
+groups only.
 
 ``vacuum`` removes what failed writers left in a dataset directory: exit 0 when done, 1 when the
 manifest cannot be decoded, 2 when there is no manifest or an object could not be removed.
@@ -24,6 +34,7 @@ import uuid
 from collections.abc import Iterator, Sequence
 from typing import Any, Protocol, TextIO
 
+import numpy as np
 import pyarrow as pa
 
 import arrowshuffle
@@ -31,14 +42,24 @@ from arrowshuffle._progress import ProgressBar
 from arrowshuffle._storage import INDEX_SUFFIX, resolve
 from arrowshuffle.format.errors import ArrowShuffleError, FormatError, InvalidOptionError
 from arrowshuffle.format.manifest import MANIFEST_NAME
-from arrowshuffle.format.units import parse_duration
+from arrowshuffle.format.units import parse_bytes, parse_duration
+from arrowshuffle.readers.balance import (
+    DEFAULT_SKEW_FACTOR,
+    DEFAULT_SKEW_MIN_BYTES,
+    DEFAULT_TARGET_BYTES,
+    PlannedRead,
+    skew_ratio,
+)
 from arrowshuffle.readers.dataset import ShuffleDataset, open_shuffle
 from arrowshuffle.readers.dataset_layout import dataset_layout, dataset_summary
 from arrowshuffle.readers.file_reader import open_file
 from arrowshuffle.readers.integrity import Verify
 from arrowshuffle.readers.layout import file_layout, layout_summary
+from arrowshuffle.readers.read_cost import read_cost
 from arrowshuffle.readers.validate import ValidationReport, validate_file
 from arrowshuffle.readers.validate_dataset import DatasetReport, is_dataset, validate_dataset
+from arrowshuffle.writers.compact import DEFAULT_MEMORY as DEFAULT_COMPACT_MEMORY
+from arrowshuffle.writers.compact import DEFAULT_TARGET_FILE_SIZE, compact
 from arrowshuffle.writers.dataset_writer import DATA_SUFFIX
 from arrowshuffle.writers.vacuum import DEFAULT_OLDER_THAN, vacuum
 
@@ -94,12 +115,12 @@ def parse_subpartitions(text: str) -> list[range]:
     return runs
 
 
-def _selection(runs: list[range], num_subpartitions: int) -> range | list[int]:
-    """Check ``runs`` against the file before expanding them (``0-4000000000`` stays cheap)."""
+def _selection(runs: list[range], num_subpartitions: int, what: str = "file") -> range | list[int]:
+    """Check ``runs`` against the data before expanding them (``0-4000000000`` stays cheap)."""
     too_big = [r for r in runs if r.stop > num_subpartitions]
     if too_big:
         raise InvalidOptionError(
-            f"--subpartitions: subpartition {too_big[0].stop - 1} does not exist: the file has "
+            f"--subpartitions: subpartition {too_big[0].stop - 1} does not exist: the {what} has "
             f"subpartitions 0..{num_subpartitions - 1}"
         )
     if len(runs) == 1:
@@ -120,8 +141,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser = argparse.ArgumentParser(
         prog="arrowshuffle",
-        description="Validate, inspect, read and vacuum arrowshuffle files (Arrow IPC + index "
-        "sidecar) and datasets.",
+        description="Validate, inspect, plan, read and vacuum arrowshuffle files (Arrow IPC + "
+        "index sidecar) and datasets.",
         epilog="Exit status: 0 valid, 1 invalid data, 2 usage or IO error.",
     )
     parser.add_argument(
@@ -151,6 +172,39 @@ def build_parser() -> argparse.ArgumentParser:
         help="also draw the region x subpartition heatmap of bytes and rows into this file "
         "(needs matplotlib)",
     )
+
+    plan = commands.add_parser(
+        "plan",
+        parents=[common],
+        help="show balanced read tasks (coalesced and split subpartitions) and their skew",
+    )
+    plan.add_argument("path", metavar="PATH", help="a dataset or a data file (.arrow)")
+    plan.add_argument(
+        "--target-bytes",
+        default=f"{DEFAULT_TARGET_BYTES // 2**20}MiB",
+        metavar="SIZE",
+        help="the bytes a task aims at, e.g. 64MiB or 1GB (default %(default)s)",
+    )
+    plan.add_argument(
+        "--subpartitions", metavar="IDS", help="plan only these: 3, 2-7 (inclusive) or 1,4,9"
+    )
+    plan.add_argument(
+        "--skew-factor",
+        type=float,
+        default=DEFAULT_SKEW_FACTOR,
+        metavar="X",
+        help="split a subpartition above X times the median ... (default %(default)g)",
+    )
+    plan.add_argument(
+        "--skew-min-bytes",
+        default=f"{DEFAULT_SKEW_MIN_BYTES // 2**20}MiB",
+        metavar="SIZE",
+        help="... that also holds more than SIZE (default %(default)s)",
+    )
+    plan.add_argument(
+        "--max-tasks", type=int, metavar="N", help="at most N tasks: the target grows to fit"
+    )
+    plan.add_argument("--json", action="store_true", help="print a JSON object")
 
     read = commands.add_parser(
         "read", parents=[common], help="read subpartitions into an .arrow, .parquet or .csv file"
@@ -191,6 +245,29 @@ def build_parser() -> argparse.ArgumentParser:
         "--dry-run", action="store_true", help="only print what would be removed"
     )
     vacuum_cmd.add_argument("--json", action="store_true", help="print a JSON object")
+
+    compact_cmd = commands.add_parser(
+        "compact",
+        parents=[common],
+        help="merge groups of small files of a dataset into larger ones (fewer reads per consumer)",
+    )
+    compact_cmd.add_argument("path", metavar="PATH", help="a dataset directory or URL")
+    compact_cmd.add_argument(
+        "--target-file-size",
+        default=DEFAULT_TARGET_FILE_SIZE,
+        metavar="SIZE",
+        help="the most data bytes merged into one file, e.g. 256MiB (default %(default)s)",
+    )
+    compact_cmd.add_argument(
+        "--memory",
+        default=DEFAULT_COMPACT_MEMORY,
+        metavar="SIZE",
+        help="input bytes held at once while merging (default %(default)s)",
+    )
+    compact_cmd.add_argument(
+        "--dry-run", action="store_true", help="only print the groups; write nothing"
+    )
+    compact_cmd.add_argument("--json", action="store_true", help="print a JSON object")
     return parser
 
 
@@ -322,6 +399,7 @@ def _inspect_dataset(args: argparse.Namespace, dataset: ShuffleDataset, out: Tex
     with ProgressBar(dataset.num_files, "inspect", sys.stderr) as bar:
         layout = dataset_layout(dataset, progress=lambda done, _, name: bar.update(done, name))
     summary = dataset_summary(dataset, layout)
+    summary["read_cost"] = read_cost(dataset, layout)
     if args.plot:
         _plot(layout, args.plot, f"{dataset.url} ({dataset.num_files} files)")
     if args.json:
@@ -339,6 +417,7 @@ def _inspect_dataset(args: argparse.Namespace, dataset: ShuffleDataset, out: Tex
         f"compression    {', '.join(summary['compression']) or 'n/a (no files)'}",
         f"partitioner    {json.dumps(summary['partitioner'], sort_keys=True)}",
         f"skew           {_skew_text(summary['skew'])} over all files",
+        *_read_cost_lines(summary["read_cost"]),
         "",
         f"{'file':>6}  {'regions':>7}  {'rows':>12}  {'bytes':>14}  {'skew':>7}  name",
     ]
@@ -351,6 +430,18 @@ def _inspect_dataset(args: argparse.Namespace, dataset: ShuffleDataset, out: Tex
     lines.extend(_subpartition_table(summary["per_subpartition"]))
     print("\n".join(lines), file=out)
     return EXIT_OK
+
+
+def _read_cost_lines(cost: dict[str, Any]) -> list[str]:
+    lines = [
+        f"avg chunk      {cost['avg_chunk_bytes']:.0f} bytes ({cost['chunks']} non-empty chunks)",
+        f"per consumer   ~{cost['requests_per_consumer']:g} requests for 1 of {cost['consumers']} "
+        f"consumers ({cost['subpartitions_per_consumer']} subpartitions each): 1 manifest, "
+        f"{cost['index_requests']} index, {cost['data_requests']:g} data (before merging ranges)",
+    ]
+    if cost["advice"]:
+        lines.append(f"suggestion     {cost['advice']}")
+    return lines
 
 
 def _skew_text(skew: float | None) -> str:
@@ -459,6 +550,90 @@ def _read(args: argparse.Namespace, storage: dict[str, Any], out: TextIO) -> int
     return EXIT_OK
 
 
+def _plan(args: argparse.Namespace, storage: dict[str, Any], out: TextIO) -> int:
+    # Options are checked before the data is opened: a typo costs no request.
+    target = parse_bytes(args.target_bytes, name="--target-bytes")
+    skew_min = parse_bytes(args.skew_min_bytes, name="--skew-min-bytes")
+    runs = None if args.subpartitions is None else parse_subpartitions(args.subpartitions)
+    opened = open_shuffle(args.path, storage)
+    with contextlib.ExitStack() as stack:
+        if not isinstance(opened, ShuffleDataset):
+            stack.enter_context(opened)
+        what = "dataset" if isinstance(opened, ShuffleDataset) else "file"
+        n = opened.num_subpartitions
+        selection = range(n) if runs is None else _selection(runs, n, what)
+        tasks = opened.plan(
+            target,
+            subpartitions=selection,
+            skew_factor=args.skew_factor,
+            skew_min_bytes=skew_min,
+            max_tasks=args.max_tasks,
+        )
+        sizes, _ = opened.subpartition_sizes()
+        chosen = np.asarray(list(selection), dtype=np.int64)
+        before = skew_ratio(sizes[chosen].tolist())
+        num_files, url = opened.num_files, opened.url
+    after = skew_ratio([t.bytes for t in tasks])
+    if args.json:
+        doc = {
+            "url": url,
+            "kind": what,
+            "files": num_files,
+            "subpartitions": n,
+            "target_bytes": target,
+            "skew_factor": args.skew_factor,
+            "skew_min_bytes": skew_min,
+            "max_tasks": args.max_tasks,
+            "tasks": [t.to_dict() for t in tasks],
+            "skew_before": before,
+            "skew_after": after,
+        }
+        json.dump(doc, out, indent=1)
+        out.write("\n")
+        return EXIT_OK
+    split = sum(1 for t in tasks if len(t.files) < num_files or t.regions is not None)
+    lines = [
+        f"{what:<15}{url}",
+        f"files          {num_files}",
+        f"subpartitions  {len(chosen)} of {n}",
+        f"target bytes   {target}",
+        f"skew min       {skew_min} bytes, {args.skew_factor:g}x the median",
+        f"tasks          {len(tasks)} ({split} of them part of a split subpartition)",
+        f"skew before    {_ratio_text(before)} (max/mean bytes, one task per subpartition)",
+        f"skew after     {_ratio_text(after)} (max/mean bytes of the planned tasks)",
+        "",
+        f"{'task':>6}  {'subpartitions':<13}  {'files':<14}  {'regions':<9}  {'rows':>12}  "
+        f"{'bytes':>14}",
+    ]
+    lines.extend(
+        f"{i:>6}  {_ids_text(t.subpartitions):<13}  {_files_text(t, num_files):<14}  "
+        f"{'all' if t.regions is None else _ids_text(t.regions):<9}  {t.rows:>12}  {t.bytes:>14}"
+        for i, t in enumerate(tasks)
+    )
+    print("\n".join(lines), file=out)
+    return EXIT_OK
+
+
+def _ratio_text(ratio: float | None) -> str:
+    return "n/a (no bytes)" if ratio is None else f"{ratio:.3f}"
+
+
+def _ids_text(ids: range) -> str:
+    """``4`` or ``2-7`` (inclusive, as ``--subpartitions`` takes them)."""
+    return str(ids.start) if len(ids) == 1 else f"{ids.start}-{ids.stop - 1}"
+
+
+def _files_text(task: PlannedRead, num_files: int) -> str:
+    """``all (8)`` for every file, else runs of consecutive files: ``3``, ``0-2``, ``0-2,5``."""
+    if len(task.files) == num_files:
+        return f"all ({num_files})"
+    ids = np.asarray(task.files, dtype=np.int64)
+    breaks = np.flatnonzero(np.diff(ids) != 1) + 1
+    return ",".join(
+        _ids_text(range(int(run[0]), int(run[-1]) + 1)) for run in np.split(ids, breaks)
+    )
+
+
 def _vacuum(args: argparse.Namespace, storage: dict[str, Any], out: TextIO) -> int:
     try:
         older_than = parse_duration(args.older_than, name="--older-than")
@@ -492,6 +667,54 @@ def _vacuum(args: argparse.Namespace, storage: dict[str, Any], out: TextIO) -> i
     return status
 
 
+def _compact(args: argparse.Namespace, storage: dict[str, Any], out: TextIO) -> int:
+    # Options are checked before the dataset is opened: a typo costs no request.
+    target = parse_bytes(args.target_file_size, name="--target-file-size")
+    memory = parse_bytes(args.memory, name="--memory")
+    if target < 1 or memory < 1:
+        raise _UsageError("--target-file-size and --memory must be at least 1 byte")
+    # The work's size is learnt on the way: the bar shows the latest step only.
+    with ProgressBar(1, "compact", sys.stderr, min_total=1) as bar:
+        report = compact(
+            args.path,
+            target_file_size=target,
+            memory=memory,
+            storage_options=storage,
+            dry_run=args.dry_run,
+            progress=lambda line: bar.update(0, line),
+        )
+    if args.json:
+        json.dump(report.to_dict(), out, indent=1)
+        out.write("\n")
+        return EXIT_OK
+    merged = [g for g in report.groups if g.merged]
+    verb = "would merge" if report.dry_run else "merged"
+    lines = [
+        f"{'group':>6}  {'files':<11}  {'bytes':>14}  {'rows':>12}  action"
+        if report.groups
+        else "no files",
+    ]
+    lines.extend(
+        f"{g.index:>6}  {_ids_text(range(g.files[0], g.files[-1] + 1)):<11}  "
+        f"{g.data_bytes:>14}  {g.rows:>12}  {'merge' if g.merged else 'keep'}"
+        for g in report.groups
+    )
+    summary = (
+        f"{verb} {sum(len(g.files) for g in merged)} of {report.files_before} files into "
+        f"{len(merged)}: {report.files_before} -> {report.files_after} files"
+    )
+    if not report.dry_run and merged:
+        summary += (
+            f", read {report.bytes_read} bytes, wrote {report.bytes_written} in "
+            f"{report.seconds:.1f} s"
+        )
+    elif not merged:
+        summary = f"nothing to merge: every group of {args.target_file_size} holds one file"
+    lines += ["", f"{'dry run of' if report.dry_run else 'compacted'} {report.url}: {summary}"]
+    print("\n".join(lines), file=out)
+    return EXIT_OK
+
+
 # ---------------------------------------------------------------------- entry point
 
 
@@ -511,7 +734,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     except SystemExit as exc:  # --help, --version or a usage error already printed
         return int(exc.code or 0) if isinstance(exc.code, int) else EXIT_ERROR
     storage = dict(args.storage_option)
-    commands = {"validate": _validate, "inspect": _inspect, "read": _read, "vacuum": _vacuum}
+    commands = {
+        "validate": _validate,
+        "inspect": _inspect,
+        "plan": _plan,
+        "read": _read,
+        "vacuum": _vacuum,
+        "compact": _compact,
+    }
     try:
         return commands[args.command](args, storage, sys.stdout)
     except BrokenPipeError:

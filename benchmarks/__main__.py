@@ -41,7 +41,7 @@ from benchmarks.report import (
 )
 
 ROOT = Path(__file__).resolve().parent.parent
-BENCHMARKS = ("format", "partitioners", "kernels", "reads", "spark")
+BENCHMARKS = ("format", "partitioners", "kernels", "reads", "spark", "plan", "wide")
 SIZES = ("small", "medium", "large")
 #: Repeats per size when --repeats is not given.
 DEFAULT_REPEATS = {"small": 3, "medium": 5, "large": 5}
@@ -54,6 +54,8 @@ REPEAT_FLAG = {
     "kernels": "--repeats",
     "reads": "--repeat",
     "spark": "--repeats",
+    "plan": "--repeats",
+    "wide": "--repeats",
 }
 MiB = 2**20
 
@@ -74,6 +76,8 @@ SIZE_FLAGS: dict[str, dict[str, list[str]]] = {
         "spark": [
             "--rows", "100000", "--subpartitions", "8", "--files", "2", "--master", "local[2]",
         ],
+        "plan": ["--rows", "400000", "--files", "8", "--subpartitions", "64"],
+        "wide": ["--quick"],
     },
     "medium": {
         "format": ["--rows", "2000000", "--subpartitions", "64", "--memory", "64MiB"],
@@ -81,6 +85,8 @@ SIZE_FLAGS: dict[str, dict[str, list[str]]] = {
         "kernels": ["--rows", "2000000", "--writer-rows", "4000000"],
         "reads": ["--rows", "2000000", "--files", "8", "--subpartitions", "64"],
         "spark": ["--rows", "1000000", "--subpartitions", "16", "--files", "4"],
+        "plan": ["--rows", "2000000", "--files", "8", "--subpartitions", "64"],
+        "wide": ["--files", "256", "--subpartitions", "500", "--local-files", "16,64,256"],
     },
     "large": {
         "format": ["--rows", "10000000", "--subpartitions", "256", "--memory", "256MiB"],
@@ -92,6 +98,8 @@ SIZE_FLAGS: dict[str, dict[str, list[str]]] = {
             "--s3-region-bytes", str(1 * MiB),
         ],
         "spark": ["--rows", "10000000", "--subpartitions", "64", "--files", "8"],
+        "plan": ["--rows", "10000000", "--files", "8", "--subpartitions", "64"],
+        "wide": [],  # M = N = 1,000
     },
 }  # fmt: skip
 
@@ -379,6 +387,13 @@ NOTES = """## What each benchmark measures
   arrowshuffle data source, with `repartition(n, key).write.parquet` and with
   `write.partitionBy(sub).parquet`, then reads one subpartition and all of them back, decoding
   every column. The script reports medians only.
+* `plan` (`benchmarks/bench_plan.py`): the same rows hash-partitioned by key into 8 files x 64
+  subpartitions, once with a third of the rows on one key and once with Zipf(1.1) keys; the
+  slowest task's bytes over the mean task's bytes with `plan()` (target = total / 16, skew
+  threshold = total / 256, factor 5) against one task per subpartition (goal: at most 1.5x).
+  Then `open_dataset(path).plan()` on a synthetic manifest of 10,000 files x 1,000 subpartitions
+  (manifest decode included; totals within 2x of each other, so nothing is split and the files
+  need not exist) against `json.loads` of the same bytes.
 
 Rerun one benchmark larger with its own flags, e.g. `python -m benchmarks.bench_reads --help`, or
 all of them with `python -m benchmarks --size medium` (near the scripts' defaults) or `--size large`

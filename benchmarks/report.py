@@ -262,8 +262,16 @@ SPARK_PEERS = {
 }
 
 
+#: The data source's read modes, against the same rows as Parquet.
+SPARK_READ_MODES = {
+    "plan": "planned read (default)",
+    "subpartition": "partitioning=subpartition",
+    "consumers=2": "consumers=2",
+}
+
+
 def spark_figures(doc: dict[str, Any]) -> Iterator[Figure]:
-    """bench_spark: Spark writes and reads of three layouts (medians only)."""
+    """bench_spark: Spark writes and reads of three layouts (medians only), and read modes."""
     results = doc["results"]
     ours = results["arrowshuffle"]
     rows = f"{doc['rows']:,} rows, {doc['subpartitions']} subpartitions"
@@ -286,6 +294,97 @@ def spark_figures(doc: dict[str, Any]) -> Iterator[Figure]:
                 label,
                 Stat(float(theirs[key])),
             )
+    modes = doc.get("modes") or {}
+    for data, entry in (modes.get("data") or {}).items():
+        found = entry["results"]
+        what = (
+            f"Spark full read + groupBy(key), {modes['rows']:,} rows, "
+            f"{modes['subpartitions']} subpartitions, {data}"
+        )
+        for mode, label in SPARK_READ_MODES.items():
+            if mode in found:
+                yield Figure(
+                    "spark",
+                    what,
+                    "s",
+                    label,
+                    Stat.of(found[mode]),
+                    "the same rows as Parquet",
+                    Stat.of(found["parquet"]),
+                )
+
+
+def plan_figures(doc: dict[str, Any]) -> Iterator[Figure]:
+    """bench_plan: task balance with and without a plan; planning a large dataset."""
+    names = {"hot": "a third of the rows on one key", "zipf": "Zipf(1.1) keys"}
+    for b in doc["balance"]:
+        before, after = b["without_plan"], b["with_plan"]
+        target, skew_min = b["target_bytes"] / 2**20, b["skew_min_bytes"] / 2**20
+        yield Figure(
+            "plan",
+            f"slowest / mean task bytes, {names.get(b['data'], b['data'])}, {b['files']} files "
+            f"x {b['subpartitions']} subpartitions",
+            "x",
+            f"plan(target {target:.2f} MiB, skew min {skew_min:.2f} MiB): {after['tasks']} tasks",
+            Stat(float(after["max_over_mean_bytes"])),
+            f"one task per subpartition ({before['tasks']})",
+            Stat(float(before["max_over_mean_bytes"])),
+        )
+    p = doc["planning"]
+    yield Figure(
+        "plan",
+        f"plan {p['files']:,} files x {p['subpartitions']:,} subpartitions "
+        f"({p['manifest_bytes'] / 1e6:.1f} MB manifest, {p['tasks']} tasks)",
+        "s",
+        "open_dataset(path).plan()",
+        Stat.of(p["open_and_plan"]),
+        "json.loads of the manifest",
+        Stat.of(p["json_loads"]),
+    )
+
+
+def wide_figures(doc: dict[str, Any]) -> Iterator[Figure]:
+    """bench_wide: one consumer of a wide shuffle, before and after compact, against Parquet."""
+    config = doc["config"]
+    for entry in doc["local"]:
+        yield Figure(
+            "wide",
+            f"local read, 1 consumer of {config['consumers']}, {entry['files']:,} files x "
+            f"{config['subpartitions']:,} subpartitions",
+            "s",
+            f"compacted ({entry['files_after']} files)",
+            Stat.of(entry["after"]),
+            f"{entry['files']:,} producer files",
+            Stat.of(entry["before"]),
+        )
+    s3 = doc.get("s3")
+    if not s3:
+        return
+    shape = (
+        f"{config['files']:,} x {config['subpartitions']:,}, 1 consumer of {config['consumers']}"
+    )
+    after = s3["after"]
+    for peer_key, peer in (
+        ("before", f"{config['files']:,} producer files"),
+        ("hive parquet (polars)", "hive parquet (polars)"),
+        ("hive parquet (pyarrow)", "hive parquet (pyarrow)"),
+    ):
+        theirs = s3[peer_key]
+        for key, what, unit in (
+            ("gets", f"GETs, S3 (moto), {shape}", "requests"),
+            ("bytes", f"bytes transferred, S3 (moto), {shape}", "B"),
+            ("modeled_20ms_100MBps_s", "modeled time (20 ms/request, 100 MB/s)", "s"),
+            ("modeled_50ms_1000MBps_s", "modeled time (50 ms/request, 1 GB/s)", "s"),
+        ):
+            yield Figure(
+                "wide",
+                what,
+                unit,
+                "arrowshuffle, compacted",
+                Stat(float(after[key])),
+                peer,
+                Stat(float(theirs[key])),
+            )
 
 
 EXTRACTORS: dict[str, Callable[[dict[str, Any]], Iterator[Figure]]] = {
@@ -294,6 +393,8 @@ EXTRACTORS: dict[str, Callable[[dict[str, Any]], Iterator[Figure]]] = {
     "kernels": kernel_figures,
     "reads": reads_figures,
     "spark": spark_figures,
+    "plan": plan_figures,
+    "wide": wide_figures,
 }
 
 

@@ -13,6 +13,7 @@ subpartitions in the JVM; :func:`read` is the reader with keyword options.
 from __future__ import annotations
 
 from arrowshuffle.spark.api import FORMAT_NAME, SUBPARTITION_COLUMN, read, register, write
+from arrowshuffle.spark.compact import compact
 from arrowshuffle.spark.session import (
     SparkUnavailableError,
     check_spark_available,
@@ -25,6 +26,7 @@ __all__ = [
     "SUBPARTITION_COLUMN",
     "SparkUnavailableError",
     "check_spark_available",
+    "compact",
     "java_available",
     "local_session",
     "read",

@@ -1,0 +1,136 @@
+"""Distributed compaction: each Spark task merges one group of files, the driver commits.
+
+The driver reads the manifest and plans the groups exactly as :func:`arrowshuffle.compact`
+does; one Spark task per merged group writes the group's new file (under this job's id, in the
+dataset directory) and returns what it wrote; the driver then replaces the manifest with the
+same commit protocol (new files first, manifest last, replaced files removed after). A failed
+job removes the files of its tasks and leaves the dataset as it was.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pyarrow as pa
+
+from arrowshuffle._storage import resolve
+from arrowshuffle.format.manifest import ManifestFile
+from arrowshuffle.format.units import parse_bytes
+from arrowshuffle.writers.compact import (
+    DEFAULT_MEMORY,
+    DEFAULT_TARGET_FILE_SIZE,
+    CompactionReport,
+    _require_manifest,
+    commit_compaction,
+    merge_group,
+    plan_groups,
+)
+from arrowshuffle.writers.dataset_writer import abort_dataset, new_file_name, new_job_id
+from arrowshuffle.writers.file_writer import WrittenFile
+
+_RESULT_SCHEMA = "group long, written string, bytes_read long"
+
+
+def compact(
+    spark: Any,
+    path: str,
+    *,
+    target_file_size: int | str = DEFAULT_TARGET_FILE_SIZE,
+    storage_options: dict[str, Any] | None = None,
+    memory: int | str = DEFAULT_MEMORY,
+    dry_run: bool = False,
+) -> CompactionReport:
+    """Compact the dataset at ``path`` with one Spark task per merged group.
+
+    Same groups, files and commit as :func:`arrowshuffle.compact`; the merging runs on the
+    executors, which must reach ``path`` (a shared file system or an object store).
+
+    Args:
+        spark: the SparkSession.
+        path: the dataset directory, a local path or an fsspec URL.
+        target_file_size: the most data bytes of one group.
+        storage_options: passed to fsspec, on the driver and in every task.
+        memory: bytes of input regions one task holds at once.
+        dry_run: only plan the groups.
+
+    Returns:
+        The groups and what the tasks read and wrote.
+
+    Raises:
+        InvalidOptionError: a bad option, or the dataset changed while it was compacted.
+        FormatError: an input breaks a rule of the format; nothing was replaced.
+    """
+    started = time.perf_counter()
+    budget = parse_bytes(memory, name="memory")
+    directory = resolve(path, storage_options)
+    before = _require_manifest(directory)
+    groups = plan_groups(before, target_file_size)
+    merged = [g for g in groups if g.merged]
+    files_after = len(before.files) - sum(len(g.files) - 1 for g in merged)
+    if dry_run or not merged:
+        return CompactionReport(
+            directory.url, dry_run, tuple(groups), len(before.files), files_after
+        )
+    job_id = new_job_id()
+    tasks = [
+        {
+            "group": g.index,
+            "name": new_file_name(g.index, job_id=job_id),
+            "files": [dataclasses.asdict(before.files[i]) for i in g.files],
+        }
+        for g in merged
+    ]
+    url, options = directory.url, storage_options
+    n, partitioner = before.num_subpartitions, dict(before.partitioner)
+
+    def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        place = resolve(url, options)
+        for batch in batches:
+            for task_id in batch.column(0).to_pylist():
+                task = tasks[task_id]
+                written, read = merge_group(
+                    place,
+                    [ManifestFile(**f) for f in task["files"]],
+                    name=task["name"],
+                    num_subpartitions=n,
+                    partitioner=partitioner,
+                    memory=budget,
+                )
+                yield pa.record_batch(
+                    {
+                        "group": [task["group"]],
+                        "written": [json.dumps(dataclasses.asdict(written))],
+                        "bytes_read": [read],
+                    }
+                )
+
+    outputs: dict[int, WrittenFile] = {}
+    bytes_read = 0
+    try:
+        # range() with as many partitions as rows: one task per group.
+        frame = spark.range(0, len(tasks), 1, len(tasks)).mapInArrow(run, _RESULT_SCHEMA)
+        for row in frame.collect():
+            doc = json.loads(row["written"])
+            for key in ("subpartition_bytes", "subpartition_rows"):
+                doc[key] = tuple(doc[key])
+            outputs[int(row["group"])] = WrittenFile(**doc)
+            bytes_read += int(row["bytes_read"])
+    except BaseException:
+        abort_dataset(directory, list(outputs.values()), job_id=job_id)
+        raise
+    commit_compaction(directory, before, groups, outputs, job_id=job_id)
+    return CompactionReport(
+        url=directory.url,
+        dry_run=False,
+        groups=tuple(groups),
+        files_before=len(before.files),
+        files_after=files_after,
+        bytes_read=bytes_read,
+        bytes_written=sum(w.data_size + w.index_size for w in outputs.values()),
+        seconds=time.perf_counter() - started,
+        written=tuple(w.data_url.rstrip("/").rsplit("/", 1)[-1] for w in outputs.values()),
+    )

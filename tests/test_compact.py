@@ -1,0 +1,367 @@
+"""Compaction: merged files hold the same rows, validate, and replace the old ones atomically."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import tempfile
+import textwrap
+import time
+from pathlib import Path
+from typing import Any
+
+import fsspec
+import numpy as np
+import polars as pl
+import pyarrow as pa
+import pytest
+from dataset_factory import SCHEMA, canonical, make_batch
+from dataset_factory import write_dataset as write_test_dataset
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import arrowshuffle
+from arrowshuffle.cli import main
+from arrowshuffle.format.manifest import MANIFEST_NAME, decode_manifest
+from arrowshuffle.writers.dataset_writer import commit_dataset, new_file_name, prepare_directory
+from arrowshuffle.writers.file_writer import ShuffleFileWriter
+
+TESTS = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(TESTS)
+
+
+def _multisets(url: str, storage: dict[str, Any] | None = None) -> dict[int, pa.Table]:
+    dataset = arrowshuffle.open_dataset(url, storage)
+    return {s: canonical(dataset.read(s)) for s in range(dataset.num_subpartitions)}
+
+
+def _check_compacted(url: str, before: dict[int, pa.Table], storage: dict[str, Any] | None = None):
+    after = _multisets(url, storage)
+    assert after.keys() == before.keys()
+    for s, table in before.items():
+        assert after[s].equals(table), f"subpartition {s} changed"
+    report = arrowshuffle.validate_dataset(url, deep=True, storage_options=storage)
+    assert report.ok, report.all_violations[:3]
+    dataset = arrowshuffle.open_dataset(url, storage)
+    fs, _ = fsspec.core.url_to_fs(url, **(storage or {}))
+    for entry in dataset.manifest.files:
+        data = fs.cat_file(f"{url.rstrip('/')}/{entry.data}")
+        # Any Arrow reader reads every stored row, without the index.
+        assert pa.ipc.open_file(pa.py_buffer(data)).read_all().num_rows == entry.rows
+        assert pl.read_ipc(data).height == entry.rows
+    return dataset
+
+
+def test_round_trip_local(tmp_path):
+    url = str(tmp_path / "ds")
+    written = write_test_dataset(
+        url, num_files=6, num_subpartitions=7, broadcast_batches=[2], compression="lz4"
+    )
+    before = _multisets(url)
+    report = arrowshuffle.compact(url, target_file_size=40_000, memory=6000)
+    assert report.files_before == 6 and report.files_after < 6
+    assert report.bytes_read > 0 and report.bytes_written > 0
+    dataset = _check_compacted(url, before)
+    # Totals are unchanged and still right (validate checks them against the indexes, M9).
+    assert dataset.manifest.sizes == written.manifest.sizes
+    broadcast = dataset.stats().filter(pa.compute.field("broadcast"))
+    assert broadcast.num_rows > 0
+    merged = dataset.file(0)
+    assert merged.num_regions > 1  # the memory bound split the group into several regions
+    # Old files are gone; only the listed pairs and the manifest remain.
+    listed = {n for f in dataset.manifest.files for n in (f.data, f.index)}
+    assert set(os.listdir(url)) == listed | {MANIFEST_NAME}
+
+
+def test_nothing_to_merge_keeps_manifest(tmp_path):
+    url = str(tmp_path / "ds")
+    write_test_dataset(url, num_files=3)
+    manifest = (tmp_path / "ds" / MANIFEST_NAME).read_bytes()
+    report = arrowshuffle.compact(url, target_file_size=1)
+    assert report.files_after == 3 and not report.written
+    assert (tmp_path / "ds" / MANIFEST_NAME).read_bytes() == manifest
+
+
+def test_cli_dry_run_and_json(tmp_path, capsys):
+    url = str(tmp_path / "ds")
+    write_test_dataset(url, num_files=4)
+    manifest = (tmp_path / "ds" / MANIFEST_NAME).read_bytes()
+    assert main(["compact", url, "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    assert "would merge 4 of 4 files into 1" in out and "0-3" in out
+    assert (tmp_path / "ds" / MANIFEST_NAME).read_bytes() == manifest
+    assert main(["compact", url, "--target-file-size", "1GiB", "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["files_before"] == 4 and doc["files_after"] == 1 and not doc["dry_run"]
+    assert main(["compact", url, "--target-file-size", "lots"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--target-file-size" in err
+    assert main(["compact", str(tmp_path / "none")]) == 2
+
+
+def test_append_after_compaction(tmp_path):
+    url = str(tmp_path / "ds")
+    write_test_dataset(url, num_files=4, num_subpartitions=5)
+    arrowshuffle.compact(url)
+    directory = prepare_directory(url, None)
+    rng = np.random.default_rng(7)
+    path = directory.child(new_file_name(9)).url
+    with ShuffleFileWriter(path, SCHEMA, 5) as writer:
+        sp = rng.integers(0, 5, 40)
+        writer.write(make_batch(rng, 10_000, 40, 9, sp), subpartitions=sp)
+    assert writer.written is not None
+    commit_dataset(
+        directory,
+        [writer.written],
+        schema=SCHEMA,
+        num_subpartitions=5,
+        partitioner={"name": "explicit"},
+        mode="append",
+    )
+    dataset = arrowshuffle.open_dataset(url)
+    assert dataset.num_files == 2 and dataset.num_rows == 4 * 4 * 50 + 40
+    assert arrowshuffle.validate_dataset(url, deep=True).ok
+    before = _multisets(url)
+    arrowshuffle.compact(url)
+    assert arrowshuffle.open_dataset(url).num_files == 1
+    _check_compacted(url, before)
+
+
+@pytest.mark.s3
+def test_round_trip_s3_and_fewer_requests(s3_endpoint, s3_bucket):
+    storage = s3_endpoint.storage_options()
+    url = f"{s3_bucket}/ds"
+    write_test_dataset(
+        url,
+        num_files=8,
+        num_subpartitions=16,
+        batches_per_file=2,
+        memory=2500,
+        storage_options=storage,
+        broadcast_batches=[1],
+    )
+    before = _multisets(url, storage)
+
+    def consumer_gets() -> int:
+        s3_endpoint.log.clear()
+        table = arrowshuffle.open_dataset(url, storage).read(range(2, 4))
+        assert table.num_rows > 0
+        return len(s3_endpoint.log.requests("GET"))
+
+    gets_before = consumer_gets()
+    report = arrowshuffle.compact(url, storage_options=storage, memory="1MiB")
+    assert report.files_after == 1
+    gets_after = consumer_gets()
+    assert gets_after < gets_before / 3, (gets_before, gets_after)
+    _check_compacted(url, before, storage)
+    fs = fsspec.filesystem("s3", **storage)
+    names = {p.rsplit("/", 1)[-1] for p in fs.ls(url, detail=False)}
+    assert len(names) == 3  # the manifest and one pair
+
+
+# ---------------------------------------------------------------------- properties
+
+
+@st.composite
+def _datasets(draw: Any) -> dict[str, Any]:
+    files = draw(st.integers(1, 5))
+    return {
+        "n": draw(st.integers(1, 9)),
+        "codecs": draw(
+            st.lists(st.sampled_from(["none", "lz4", "zstd"]), min_size=files, max_size=files)
+        ),
+        "batches": draw(st.integers(1, 4)),
+        "rows": draw(st.integers(1, 60)),
+        "broadcast": draw(st.sets(st.integers(0, 3), max_size=2)),
+        "writer_memory": draw(st.sampled_from([800, 2000, 50_000])),
+        "target": draw(st.sampled_from([1, 3000, 9000, 10**9])),
+        "memory": draw(st.sampled_from([1, 1500, 5000, 10**9])),
+        "seed": draw(st.integers(0, 2**16)),
+    }
+
+
+def _write_mixed(url: str, case: dict[str, Any]) -> None:
+    """Like the factory's datasets, but each file with its own codec."""
+    rng = np.random.default_rng(case["seed"])
+    directory = prepare_directory(url, None)
+    written, next_id, n = [], 0, case["n"]
+    for f, codec in enumerate(case["codecs"]):
+        path = directory.child(new_file_name(f)).url
+        with ShuffleFileWriter(
+            path, SCHEMA, n, memory=case["writer_memory"], compression=codec, max_batch_rows=17
+        ) as writer:
+            for b in range(case["batches"]):
+                rows = case["rows"]
+                if b in case["broadcast"]:
+                    sp = np.full(rows, -1)
+                    writer.write_broadcast(make_batch(rng, next_id, rows, f, sp))
+                else:
+                    sp = rng.integers(0, n, rows)
+                    writer.write(make_batch(rng, next_id, rows, f, sp), subpartitions=sp)
+                next_id += rows
+        written.append(writer.written)
+    commit_dataset(
+        directory, written, schema=SCHEMA, num_subpartitions=n, partitioner={"name": "explicit"}
+    )
+
+
+@settings(
+    max_examples=40,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(case=_datasets())
+def test_property_rows_unchanged(case):
+    with tempfile.TemporaryDirectory() as tmp:
+        url = os.path.join(tmp, "ds")
+        _write_mixed(url, case)
+        before = _multisets(url)
+        manifest = decode_manifest(Path(url, MANIFEST_NAME).read_bytes())
+        arrowshuffle.compact(url, target_file_size=case["target"], memory=case["memory"])
+        dataset = _check_compacted(url, before)
+        assert dataset.manifest.sizes == manifest.sizes
+        assert dataset.num_rows == manifest.total_rows
+
+
+# ---------------------------------------------------------------------- killed compaction
+
+_CHILD = textwrap.dedent(
+    """
+    import sys
+    import arrowshuffle
+
+    def progress(line):
+        print(line, flush=True)
+
+    arrowshuffle.compact(sys.argv[1], target_file_size=int(sys.argv[2]), memory=int(sys.argv[3]),
+                         progress=progress)
+    print("done", flush=True)
+    """
+)
+
+
+def _snapshot(url: str) -> dict[str, bytes]:
+    return {name: Path(url, name).read_bytes() for name in os.listdir(url)}
+
+
+def _run_child(url: str, kill_after: int | None, fraction: float) -> int:
+    """Run a compaction; kill it after ``kill_after`` progress lines plus ``fraction`` of the
+    last interval between two lines. Returns the number of lines seen."""
+    env = {**os.environ, "PYTHONPATH": ROOT}
+    child = subprocess.Popen(
+        [sys.executable, "-c", _CHILD, url, "30000", "3000"],
+        stdout=subprocess.PIPE,
+        env=env,
+        text=True,
+    )
+    assert child.stdout is not None
+    lines = 0
+    last = time.perf_counter()
+    interval = 0.0
+    try:
+        for _ in child.stdout:
+            now = time.perf_counter()
+            interval, last = now - last, now
+            lines += 1
+            if kill_after is not None and lines >= kill_after:
+                time.sleep(fraction * min(interval, 0.2))
+                child.send_signal(signal.SIGKILL)
+                break
+        child.wait(timeout=60)
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait()
+    return lines
+
+
+def test_killed_compaction_leaves_old_or_new(tmp_path):
+    rng = random.Random(1234)
+    template = str(tmp_path / "template")
+    write_test_dataset(template, num_files=8, num_subpartitions=6, broadcast_batches=[3])
+    before = _multisets(template)
+    original = _snapshot(template)
+    old_manifest = original[MANIFEST_NAME]
+    # One full run counts the progress lines, so that kill points cover the whole protocol.
+    calibrate = str(tmp_path / "calibrate")
+    os.makedirs(calibrate)
+    for name, data in original.items():
+        Path(calibrate, name).write_bytes(data)
+    total = _run_child(calibrate, None, 0.0)
+    assert total > 5
+    outcomes = set()
+    for trial in range(7):
+        url = str(tmp_path / f"trial{trial}")
+        os.makedirs(url)
+        for name, data in original.items():
+            Path(url, name).write_bytes(data)
+        _run_child(url, rng.randint(0, total), rng.random())
+        state = _snapshot(url)
+        if state[MANIFEST_NAME] == old_manifest:
+            outcomes.add("old")
+            listed = {n for f in decode_manifest(old_manifest).files for n in (f.data, f.index)}
+            for name in listed:
+                assert state[name] == original[name], name
+            assert arrowshuffle.validate_dataset(url, deep=True).ok
+        else:
+            outcomes.add("new")
+            _check_compacted(url, before)
+        # Whatever was left behind, compacting again finishes the job.
+        arrowshuffle.compact(url, target_file_size=30000, memory=3000)
+        _check_compacted(url, before)
+    # With this seed the kills land both before and after the manifest is replaced.
+    assert outcomes == {"old", "new"}, outcomes
+
+
+# ---------------------------------------------------------------------- Spark
+
+
+@pytest.mark.spark
+def test_spark_written_dataset_local_and_distributed(spark, tmp_path):
+    import arrowshuffle.spark as ash_spark
+
+    df = spark.range(0, 3000).selectExpr("id", "id % 37 AS k", "cast(id * 1.5 AS double) AS v")
+    for name, run in (
+        ("local", lambda url: arrowshuffle.compact(url, memory="64KiB")),
+        ("spark", lambda url: ash_spark.compact(spark, url, target_file_size="40KiB")),
+    ):
+        url = str(tmp_path / name)
+        ash_spark.write(
+            df.repartition(6), url, num_subpartitions=8, partition_by="k", mode="overwrite"
+        )
+        assert arrowshuffle.open_dataset(url).num_files == 6
+        before = _multisets_by(url, "id")
+        report = run(url)
+        assert report.files_after < 6
+        after = _multisets_by(url, "id")
+        assert after == before
+        assert arrowshuffle.validate_dataset(url, deep=True).ok  # V19: hash still holds
+
+
+def _multisets_by(url: str, key: str) -> dict[int, list[int]]:
+    dataset = arrowshuffle.open_dataset(url)
+    return {
+        s: sorted(dataset.read(s).column(key).to_pylist()) for s in range(dataset.num_subpartitions)
+    }
+
+
+def test_inspect_reports_read_cost_and_suggests_compaction(tmp_path, capsys):
+    url = str(tmp_path / "ds")
+    write_test_dataset(url, num_files=5, num_subpartitions=16)
+    assert main(["inspect", url, "--json"]) == 0
+    before = json.loads(capsys.readouterr().out)["read_cost"]
+    assert before["consumers"] == 2 and before["subpartitions_per_consumer"] == 8
+    assert before["index_requests"] == 5 and before["suggest_compaction"]
+    assert 0 < before["avg_chunk_bytes"] < 16 * 1024
+    assert main(["inspect", url]) == 0
+    text = capsys.readouterr().out
+    assert "avg chunk" in text and "arrowshuffle compact" in text
+    arrowshuffle.compact(url)
+    assert main(["inspect", url, "--json"]) == 0
+    after = json.loads(capsys.readouterr().out)["read_cost"]
+    assert after["requests_per_consumer"] < before["requests_per_consumer"] / 2
+    assert after["avg_chunk_bytes"] > before["avg_chunk_bytes"]
