@@ -213,7 +213,9 @@ def run(
             expected = row_checksums(df.repartition(n, KEY), F.spark_partition_id())
 
         with report.step("read back with Spark"):
-            back = spark.read.format("arrowshuffle").load(out)
+            back = (
+                spark.read.format("arrowshuffle").option("partitioning", "subpartition").load(out)
+            )
             spark_partitions = back.rdd.getNumPartitions()
             from_spark = row_checksums(back, F.spark_partition_id())
         report.check(

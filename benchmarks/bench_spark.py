@@ -24,6 +24,15 @@ typical one, not the hot key's) and reading all of them back with Spark. Reads c
 over a hash of every column, so every byte of every column is decoded (a ``count()`` would let
 Parquet answer from its footers). Results are printed as a table with ratios to arrowshuffle
 and written as JSON.
+
+Then the read modes of the data source (``--modes-rows`` rows, default 2M, in
+``--modes-subpartitions`` subpartitions written as ``--modes-files`` files; ``0`` skips them):
+the wall time of a full read aggregated by key (``groupBy(key)``, an aggregate of every
+column) with ``partitioning=plan`` (the default: the target is the selected bytes over the
+cores), a plan at ``target_bytes=128MiB``, ``partitioning=subpartition`` (one Spark partition
+per subpartition), ``consumers=2``, and the same rows as Parquet (``df.write.parquet``, one
+file per writing task) read by Spark; once on the main job's hot-key data (a third of the rows
+on one key) and once with uniform keys.
 """
 
 from __future__ import annotations
@@ -43,6 +52,15 @@ from typing import Any
 
 DEFAULT_OUT = Path(__file__).parent / "results" / "spark.json"
 LAYOUTS = ("arrowshuffle", "repartition parquet", "partitionBy parquet")
+#: The data source's read modes (name: reader options) and the Parquet peer, compared on one
+#: full read aggregated by key.
+READ_MODES: dict[str, dict[str, str]] = {
+    "plan": {"partitioning": "plan"},
+    "plan 128MiB": {"partitioning": "plan", "target_bytes": "128MiB"},
+    "subpartition": {"partitioning": "subpartition"},
+    "consumers=2": {"consumers": "2"},
+}
+PARQUET = "parquet"
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -53,6 +71,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--keys", type=int, default=10_000)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--master", default="local[*]")
+    parser.add_argument(
+        "--modes-rows", type=int, default=2_000_000, help="rows of the read-mode runs (0: skip)"
+    )
+    parser.add_argument("--modes-subpartitions", type=int, default=64)
+    parser.add_argument("--modes-files", type=int, default=8)
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help="JSON results file")
     return parser.parse_args(argv)
 
@@ -100,6 +123,119 @@ def repartition_file(path: str, subpartition: int) -> list[str]:
         for name in sorted(os.listdir(path))
         if name.startswith(prefix) and name.endswith(".parquet")
     ]
+
+
+def stats(times: list[float]) -> dict[str, float]:
+    """Median, min and max of a list of wall times."""
+    return {
+        "median_s": statistics.median(times),
+        "min_s": min(times),
+        "max_s": max(times),
+    }
+
+
+def aggregate(df: Any) -> list[tuple[Any, ...]]:
+    """A full read aggregated by key, touching every column; sorted, to compare.
+
+    Every column is aggregated so that Parquet, which reads only the columns a query uses
+    (the Python data source reads them all), decodes as much as the data source.
+    """
+    from pyspark.sql import functions as F
+
+    from arrowshuffle.pipeline import KEY
+
+    rows = (
+        df.groupBy(KEY)
+        .agg(
+            F.count(F.lit(1)),
+            F.sum("id"),
+            F.max("region"),
+            F.sum("amount"),
+            F.max("ts"),
+            F.sum("score"),
+        )
+        .collect()
+    )
+    # A sum of doubles depends on the order rows arrive in: compare it rounded.
+    return sorted((*r[:-1], round(float(r[-1]), 3)) for r in rows)
+
+
+def read_modes(spark: Any, args: argparse.Namespace, work: str) -> dict[str, Any]:
+    """Time a full aggregated read in every read mode and from Parquet, on two key skews."""
+    from pyspark.sql import functions as F
+
+    import arrowshuffle.spark as ash_spark
+    from arrowshuffle.pipeline import KEY, generate
+    from arrowshuffle.readers.dataset import open_dataset
+
+    n = args.modes_subpartitions
+    out: dict[str, Any] = {}
+    hot = generate(spark, args.modes_rows, args.modes_files, args.keys)
+    uniform = hot.withColumn(
+        KEY, (F.pmod(F.xxhash64(F.col("id"), F.lit(3)), F.lit(args.keys)) + 1).cast("long")
+    )
+    for data, df in (("hot key", hot), ("uniform keys", uniform)):
+        print(f"... read modes, {data}: write", flush=True)
+        df = df.cache()
+        df.count()
+        path = os.path.join(work, f"modes-{data.replace(' ', '_')}")
+        parquet = path + ".parquet"
+        ash_spark.write(df, path, num_subpartitions=n, partition_by=KEY, compression="lz4")
+        df.write.mode("overwrite").parquet(parquet)
+        expected = aggregate(df)
+        df.unpersist()
+        dataset = open_dataset(path)
+        sizes, _ = dataset.subpartition_sizes()
+        readers: dict[str, Callable[[], Any]] = {
+            PARQUET: lambda p=parquet: spark.read.parquet(p),
+        }
+        for mode, options in READ_MODES.items():
+            readers[mode] = lambda o=options, p=path: (
+                spark.read.format("arrowshuffle").options(**o).load(p)
+            )
+        results: dict[str, Any] = {}
+        times: dict[str, list[float]] = {name: [] for name in readers}
+        print(f"... read modes, {data}: read", flush=True)
+        for name, make in readers.items():  # one untimed run each: Python workers, JIT
+            if aggregate(make()) != expected:
+                raise SystemExit(f"read modes, {data}, {name}: the aggregate differs")
+        for _ in range(args.repeats):  # interleaved, so drifts of the machine hit every mode
+            for name, make in readers.items():
+                start = time.perf_counter()
+                aggregate(make())
+                times[name].append(time.perf_counter() - start)
+        for name, make in readers.items():
+            results[name] = {**stats(times[name]), "partitions": make().rdd.getNumPartitions()}
+        out[data] = {
+            "bytes": int(sizes.sum()),
+            "max_over_mean_subpartition": float(sizes.max() / sizes.mean()),
+            "results": results,
+        }
+    return out
+
+
+def print_modes(modes: dict[str, Any], args: argparse.Namespace) -> None:
+    """The read-mode table: medians, partitions and ratios to Parquet."""
+    print()
+    print(
+        f"{args.modes_rows:,} rows, {args.modes_subpartitions} subpartitions in "
+        f"{args.modes_files} files, master {args.master}, full read + groupBy(key), "
+        f"median of {args.repeats}; x = time / Parquet's time"
+    )
+    for data, entry in modes.items():
+        results = entry["results"]
+        base = results[PARQUET]["median_s"]
+        print(
+            f"{data}: {entry['bytes'] / 2**20:.1f} MiB, largest subpartition "
+            f"{entry['max_over_mean_subpartition']:.1f}x the mean"
+        )
+        header = f"  {'mode':<14}{'partitions':>11}{'median s':>10}{'min s':>8}{'max s':>8}{'x':>7}"
+        print(header)
+        for name, r in results.items():
+            print(
+                f"  {name:<14}{r['partitions']:>11}{r['median_s']:>10.2f}{r['min_s']:>8.2f}"
+                f"{r['max_s']:>8.2f}{r['median_s'] / base:>7.2f}"
+            )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -187,6 +323,8 @@ def main(argv: list[str] | None = None) -> int:
                 "read_one_s": one_s,
                 "read_all_s": all_s,
             }
+        df.unpersist()
+        modes = read_modes(spark, args, work) if args.modes_rows > 0 else {}
     finally:
         spark.stop()
         shutil.rmtree(work, ignore_errors=True)
@@ -213,6 +351,8 @@ def main(argv: list[str] | None = None) -> int:
         f"{counts[hot]:,})"
     )
     print("\n".join(lines))
+    if modes:
+        print_modes(modes, args)
 
     args.out.parent.mkdir(parents=True, exist_ok=True)
     document = {
@@ -231,6 +371,12 @@ def main(argv: list[str] | None = None) -> int:
             "platform": platform.platform(),
         },
         "results": results,
+        "modes": {
+            "rows": args.modes_rows,
+            "subpartitions": args.modes_subpartitions,
+            "files": args.modes_files,
+            "data": modes,
+        },
     }
     args.out.write_text(json.dumps(document, indent=1, sort_keys=True) + "\n")
     print(f"wrote {args.out}")

@@ -237,8 +237,9 @@ QUICKSTART: list[Cell] = [
         """
         ## Read with Spark, and check against Spark's own repartition
 
-        `spark.read.format("arrowshuffle")` gives one Spark partition per subpartition (or per
-        contiguous range of them with the `consumers` option); `subpartitions` keeps only some.
+        `spark.read.format("arrowshuffle")` splits the read into balanced planned tasks, one
+        Spark partition each; `partitioning="subpartition"` gives one Spark partition per
+        subpartition and `consumers` one per contiguous range; `subpartitions` keeps only some.
         The rows of subpartition 3 are the rows Spark's `repartition(8, "customer")` puts in
         partition 3, and the same rows polars wrote there.
         """,

@@ -5,6 +5,14 @@
 >>> (df.write.format("arrowshuffle").option("num_subpartitions", 64)  # doctest: +SKIP
 ...    .option("partition_by", "k").mode("overwrite").save("/data/shuffle"))
 >>> spark.read.format("arrowshuffle").load("/data/shuffle")  # doctest: +SKIP
+>>> (spark.read.format("arrowshuffle").option("partitioning", "subpartition")  # doctest: +SKIP
+...    .load("/data/shuffle"))  # Spark partition s = subpartition s
+
+A read is cut into Spark partitions by the dataset's read plan by default: small
+subpartitions coalesced, skewed ones split (options ``target_bytes``, ``skew_factor``,
+``skew_min_bytes``, ``max_tasks``, ``parallelism``); ``partitioning=subpartition`` keeps one
+Spark partition per subpartition and ``consumers`` P contiguous ranges. See
+:mod:`arrowshuffle.spark.options` for every option.
 
 :func:`write` does the same from Python and lets Spark compute the ``hash`` partitioner's
 subpartitions in the JVM; :func:`read` is the reader with keyword options.

@@ -10,7 +10,7 @@ from typing import Any
 from arrowshuffle.format.errors import InvalidOptionError
 from arrowshuffle.readers.dataset import ShuffleDataset, open_dataset
 from arrowshuffle.readers.integrity import Verify, resolve_verify
-from arrowshuffle.spark.options import FORMAT_NAME
+from arrowshuffle.spark.options import DEFAULT_PARTITIONING, FORMAT_NAME
 from arrowshuffle.writers.dataset_writer import normalize_mode, read_manifest
 
 #: Spark's seed for ``hash()`` and ``repartition``: only then do the JVM's ids match.
@@ -132,32 +132,66 @@ def write(
     return open_dataset(target, storage_options)
 
 
+def _default_parallelism(spark: Any) -> int | None:
+    """The session's default parallelism (its cores), if the session exposes it."""
+    try:
+        return int(spark.sparkContext.defaultParallelism)
+    except Exception:  # Spark Connect has no SparkContext: the planner's cores then
+        return None
+
+
 def read(
     spark: Any,
     path: str | os.PathLike[str],
     *,
+    partitioning: str | None = None,
     consumers: int | None = None,
     subpartitions: int | str | Sequence[int] | None = None,
+    target_bytes: int | str | None = None,
+    skew_factor: float | None = None,
+    skew_min_bytes: int | str | None = None,
+    max_tasks: int | None = None,
+    parallelism: int | None = None,
     verify: Verify = "auto",
     storage_options: dict[str, Any] | None = None,
     **options: Any,
 ) -> Any:
     """Read the dataset at ``path`` as a Spark DataFrame.
 
+    By default every Spark partition reads one task of the dataset's read plan
+    (:meth:`~arrowshuffle.readers.dataset.ShuffleDataset.plan`): small subpartitions coalesced,
+    skewed ones split.
+
     Args:
         spark: the SparkSession.
         path: the dataset directory, local or any fsspec URL.
+        partitioning: ``"plan"`` (the default), ``"subpartition"`` (Spark partition ``i``
+            reads the ``i``-th selected subpartition) or ``"consumers"`` (implied by
+            ``consumers``).
         consumers: split the subpartitions into this many contiguous ranges, one Spark
-            partition each (default: one Spark partition per subpartition).
+            partition each.
         subpartitions: read only these: an int, a list, or text such as ``"0-7"``/``"1,4"``.
+        target_bytes: the bytes a planned task aims at (``"128MiB"``); by default the selected
+            bytes over ``parallelism``, within 4 MiB .. 128 MiB.
+        skew_factor: a subpartition above this multiple of the median (default 5) ...
+        skew_min_bytes: ... and above this size (default 256 MiB) is split.
+        max_tasks: the most planned tasks.
+        parallelism: the tasks a plan without ``target_bytes`` aims to fill (default: the
+            session's default parallelism).
         verify: check every chunk's CRC32C while reading: ``"auto"`` (the default) for
             object stores and not for local files, ``True`` always, ``False`` never.
         storage_options: fsspec options for URLs.
         **options: other options, passed as storage options.
+
+    Raises:
+        InvalidOptionError: a bad option value, or plan options with another partitioning
+            (when Spark plans the query).
     """
     register(spark)
     reader = spark.read.format(FORMAT_NAME)
     settings: dict[str, Any] = dict(options)
+    if partitioning is not None:
+        settings["partitioning"] = partitioning
     if consumers is not None:
         settings["consumers"] = consumers
     if subpartitions is not None:
@@ -165,6 +199,20 @@ def read(
             settings["subpartitions"] = str(subpartitions)
         else:
             settings["subpartitions"] = ",".join(str(int(s)) for s in subpartitions)
+    plan = {
+        "target_bytes": target_bytes,
+        "skew_factor": skew_factor,
+        "skew_min_bytes": skew_min_bytes,
+        "max_tasks": max_tasks,
+        "parallelism": parallelism,
+    }
+    settings.update({k: v for k, v in plan.items() if v is not None})
+    mode = (partitioning or DEFAULT_PARTITIONING).strip().lower()
+    planned = mode == "plan" and consumers is None
+    if planned and target_bytes is None and parallelism is None:
+        cores = _default_parallelism(spark)
+        if cores is not None:
+            settings["parallelism"] = cores
     if verify != "auto":
         settings["verify"] = resolve_verify(verify, remote=False)
     if storage_options:

@@ -9,9 +9,13 @@ the ``append`` and ``overwrite`` save modes for Python data sources; its default
 (``errorifexists``) and ``ignore`` stop before any task runs with
 ``UNSUPPORTED_DATA_SOURCE_SAVE_MODE`` (``arrowshuffle.spark.write`` offers both).
 
-Reading: each Spark partition reads a set of subpartitions from every file of the dataset
-(region hopping): one subpartition per Spark partition by default, or ``consumers`` contiguous
-ranges, optionally limited to the ``subpartitions`` option. Batches are yielded in exactly the
+Reading: by default each Spark partition reads one task of the dataset's read plan
+(:meth:`~arrowshuffle.readers.dataset.ShuffleDataset.plan`, made on the driver from the
+manifest's sizes): contiguous small subpartitions coalesced, a skewed subpartition split over
+groups of files. ``partitioning=subpartition`` reads one subpartition per Spark partition
+(partition ``s`` is subpartition ``s``) and ``consumers`` P contiguous ranges; every mode can
+be limited to the ``subpartitions`` option, and every Spark task reads through the same read
+path (``ShuffleDataset.iter_batches``). Batches are yielded in exactly the
 Arrow form Spark expects for the schema derived from the manifest. With the ``pushdown``
 option (and Spark's ``spark.sql.python.filterPushdown.enabled``), equality filters on every key
 column of a ``hash``/``key_group``/``column`` dataset skip the subpartitions they rule out.
@@ -24,6 +28,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 from pyspark.sql.datasource import (
     DataSource,
@@ -42,6 +47,7 @@ from arrowshuffle.format.errors import (
     SchemaMismatchError,
 )
 from arrowshuffle.readers.assign import key_group_range
+from arrowshuffle.readers.balance import PlannedRead
 from arrowshuffle.readers.dataset import ShuffleDataset, open_dataset
 from arrowshuffle.spark.options import (
     FORMAT_NAME,
@@ -262,6 +268,35 @@ class SubpartitionSelection(InputPartition):
         self.subpartitions = subpartitions
 
 
+class PlannedPartition(InputPartition):
+    """One Spark partition: one task of the dataset's read plan, in a compact picklable form.
+
+    Attributes:
+        index: the partition's position in the plan.
+        subpartitions: the task's contiguous range of subpartitions.
+        files: positions of the files it reads in the manifest's list; ``None`` for all of
+            them (most tasks: this keeps a partition small for datasets of many files).
+        regions: the regions it reads of its one file (a skew split), or ``None`` for all.
+        bytes: chunk bytes the task reads.
+        rows: rows the task returns.
+    """
+
+    def __init__(self, index: int, task: PlannedRead, num_files: int) -> None:
+        super().__init__(index)
+        self.index = index
+        self.subpartitions = task.subpartitions
+        every = len(task.files) == num_files and task.files == tuple(range(num_files))
+        self.files: tuple[int, ...] | None = None if every else task.files
+        self.regions = task.regions
+        self.bytes = task.bytes
+        self.rows = task.rows
+
+    def task(self, num_files: int) -> PlannedRead:
+        """The planned task again, for a dataset of ``num_files`` files."""
+        files = tuple(range(num_files)) if self.files is None else self.files
+        return PlannedRead(self.subpartitions, files, self.regions, self.bytes, self.rows)
+
+
 def plan_partitions(selection: Sequence[int], consumers: int | None) -> list[SubpartitionSelection]:
     """Split the selected subpartitions among Spark partitions.
 
@@ -277,6 +312,28 @@ def plan_partitions(selection: Sequence[int], consumers: int | None) -> list[Sub
         )
         for i in range(consumers)
     ]
+
+
+def planned_partitions(
+    dataset: ShuffleDataset, selection: Sequence[int], options: ReadOptions
+) -> list[PlannedPartition]:
+    """One Spark partition per task of the dataset's plan over ``selection``.
+
+    Planned on the driver from the manifest's sizes (and, for the subpartitions it splits,
+    their index entries); no data is read.
+    """
+    if not selection:
+        return []
+    sizes, _ = dataset.subpartition_sizes()
+    selected = int(sizes[np.asarray(selection, dtype=np.int64)].sum())
+    tasks = dataset.plan(
+        options.plan_target(selected),
+        subpartitions=selection,
+        skew_factor=options.skew_factor,
+        skew_min_bytes=options.skew_min_bytes,
+        max_tasks=options.max_tasks,
+    )
+    return [PlannedPartition(i, task, dataset.num_files) for i, task in enumerate(tasks)]
 
 
 def check_files(dataset: ShuffleDataset) -> None:
@@ -312,12 +369,14 @@ def check_files(dataset: ShuffleDataset) -> None:
 
 
 class ArrowShuffleReader(DataSourceReader):
-    """Reads a dataset's subpartitions, one selection per Spark partition."""
+    """Reads a dataset, one planned task (or subpartition selection) per Spark partition."""
 
     def __init__(self, options: ReadOptions, schema: Any) -> None:
         self.options = options
         dataset = open_dataset(options.path, options.storage_options)
         check_files(dataset)
+        # Kept for planning on the driver; not sent to the executors (see __getstate__).
+        self._dataset: ShuffleDataset | None = dataset
         self.files = tuple(f.data for f in dataset.manifest.files)
         self.num_subpartitions = dataset.num_subpartitions
         self.selection = options.selection(dataset.num_subpartitions)
@@ -332,15 +391,37 @@ class ArrowShuffleReader(DataSourceReader):
         self.partitioner_spec = dataset.partitioner
         self.stored_schema = dataset.schema
 
-    def partitions(self) -> list[SubpartitionSelection]:
-        """One Spark partition per subpartition, or per consumer range."""
-        return plan_partitions(self.selection, self.options.consumers)
+    def partitions(self) -> list[InputPartition]:
+        """The Spark partitions of the read, as option ``partitioning`` cuts it.
+
+        A planned task each (``plan``), a subpartition each (``subpartition``) or a consumer
+        range each (``consumers``). A selection left empty (by pushed filters) is one empty
+        partition, which reads nothing.
+        """
+        mode = self.options.partitioning
+        parts: list[InputPartition]
+        if mode == "plan":
+            dataset = self._dataset or open_dataset(self.options.path, self.options.storage_options)
+            parts = list(planned_partitions(dataset, self.selection, self.options))
+        else:
+            consumers = self.options.consumers if mode == "consumers" else None
+            parts = list(plan_partitions(self.selection, consumers))
+        return parts or [SubpartitionSelection(0, ())]
+
+    def __getstate__(self) -> dict[str, Any]:
+        """The reader without its opened dataset: each Spark task opens the dataset itself."""
+        state = dict(self.__dict__)
+        state["_dataset"] = None
+        return state
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        """Yield the partition's subpartitions from every file, in Spark's Arrow schema."""
-        assert isinstance(partition, SubpartitionSelection)
-        if not partition.subpartitions:
+        """Yield the partition's rows from the files it covers, in Spark's Arrow schema."""
+        if isinstance(partition, SubpartitionSelection) and not partition.subpartitions:
             return
+        if not isinstance(partition, (PlannedPartition, SubpartitionSelection)):
+            raise TypeError(
+                f"the arrowshuffle reader reads its own partitions, found {partition!r}"
+            )
         dataset = open_dataset(self.options.path, self.options.storage_options)
         files = tuple(f.data for f in dataset.manifest.files)
         if files != self.files:
@@ -348,9 +429,17 @@ class ArrowShuffleReader(DataSourceReader):
                 f"dataset {dataset.url} was replaced while this query ran (its manifest "
                 "changed since the query was planned); run the query again"
             )
-        for batch in dataset.iter_batches(
-            list(partition.subpartitions), columns=self.columns, verify=self.options.verify
-        ):
+        if isinstance(partition, PlannedPartition):
+            batches = dataset.iter_batches(
+                task=partition.task(dataset.num_files),
+                columns=self.columns,
+                verify=self.options.verify,
+            )
+        else:
+            batches = dataset.iter_batches(
+                list(partition.subpartitions), columns=self.columns, verify=self.options.verify
+            )
+        for batch in batches:
             yield conform(batch, self.target)
 
 

@@ -15,22 +15,42 @@ Writer options:
     ``storage_options``.
 
 Reader options:
-    ``path``, ``consumers`` (P contiguous subpartition ranges, one Spark partition each),
-    ``subpartitions`` (``"3"``, ``"0-7"``, ``"1,4,6-9"``), ``verify`` (check every chunk's
-    CRC32C: ``auto``, the default, on object stores only; ``true``; ``false``), ``pushdown``
-    (``true``: equality filters on the partitioning key skip subpartitions; Spark also needs
-    ``spark.sql.python.filterPushdown.enabled``), ``storage_options``.
+    ``path``; ``partitioning``, how the read is cut into Spark partitions:
+
+    * ``plan`` (the default): one Spark partition per task of
+      :meth:`~arrowshuffle.readers.dataset.ShuffleDataset.plan`: contiguous small
+      subpartitions coalesced up to ``target_bytes``, skewed ones split over groups of files
+      (tuned by ``target_bytes``, ``skew_factor``, ``skew_min_bytes``, ``max_tasks``). Without
+      ``target_bytes`` the target is the selected bytes divided by ``parallelism`` (default:
+      the cores of the machine that plans the query), kept within 4 MiB .. 128 MiB, so a
+      small read still fills every core;
+    * ``subpartition``: Spark partition ``i`` reads the ``i``-th selected subpartition (all of
+      them: partition ``s`` is subpartition ``s``), for jobs that rely on that;
+    * ``consumers``: with option ``consumers`` P (which alone selects this mode), P contiguous
+      ranges of subpartitions, one Spark partition each.
+
+    ``subpartitions`` (``"3"``, ``"0-7"``, ``"1,4,6-9"``) limits any mode to those
+    subpartitions; ``verify`` (check every chunk's CRC32C: ``auto``, the default, on object
+    stores only; ``true``; ``false``); ``pushdown`` (``true``: equality filters on the
+    partitioning key skip subpartitions, before planning; Spark also needs
+    ``spark.sql.python.filterPushdown.enabled``); ``storage_options``.
 """
 
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from arrowshuffle.format.errors import InvalidOptionError
 from arrowshuffle.format.units import parse_bytes
+from arrowshuffle.readers.balance import (
+    DEFAULT_SKEW_FACTOR,
+    DEFAULT_SKEW_MIN_BYTES,
+    DEFAULT_TARGET_BYTES,
+)
 from arrowshuffle.readers.integrity import Verify
 from arrowshuffle.writers.file_writer import DEFAULT_MAX_BATCH_ROWS, normalize_compression
 
@@ -51,9 +71,29 @@ WRITER_OPTIONS = frozenset(
         "storage_options",
     }
 )
+#: The options that tune ``partitioning=plan`` (refused with the other modes).
+PLAN_OPTIONS = ("target_bytes", "skew_factor", "skew_min_bytes", "max_tasks", "parallelism")
 READER_OPTIONS = frozenset(
-    {"path", "consumers", "subpartitions", "verify", "pushdown", "storage_options"}
+    {
+        "path",
+        "partitioning",
+        "consumers",
+        "subpartitions",
+        "verify",
+        "pushdown",
+        "storage_options",
+        *PLAN_OPTIONS,
+    }
 )
+#: The values of the ``partitioning`` reader option.
+PARTITIONINGS = ("plan", "subpartition", "consumers")
+#: The mode of a read that names none (and has no ``consumers``).
+DEFAULT_PARTITIONING = "plan"
+#: Without ``target_bytes``, a plan's target: the selected bytes over ``parallelism`` ...
+DEFAULT_MAX_TARGET_BYTES = DEFAULT_TARGET_BYTES
+#: ... but not below this (smaller tasks cost more in Spark's per-task overhead than they
+#: gain in parallelism; Spark's file sources count 4 MiB per file opened for the same reason).
+DEFAULT_MIN_TARGET_BYTES = 4 * 1024 * 1024
 #: Options of either side: a writer ignores reader options and the other way round, so one
 #: options dict can serve both.
 ALL_OPTIONS = WRITER_OPTIONS | READER_OPTIONS
@@ -80,12 +120,33 @@ class ReadOptions:
     """The parsed reader options."""
 
     path: str
+    #: ``plan``, ``subpartition`` or ``consumers`` (see the module docstring).
+    partitioning: str = DEFAULT_PARTITIONING
     consumers: int | None = None
     #: The ``subpartitions`` option as given; :meth:`selection` resolves it.
     subpartitions: str | None = None
     verify: Verify = "auto"
     pushdown: bool = False
     storage_options: dict[str, Any] = field(default_factory=dict)
+    #: The plan's target; ``None``: derived from the selected bytes and ``parallelism``.
+    target_bytes: int | None = None
+    skew_factor: float = DEFAULT_SKEW_FACTOR
+    skew_min_bytes: int = DEFAULT_SKEW_MIN_BYTES
+    max_tasks: int | None = None
+    #: How many tasks a plan without ``target_bytes`` aims to fill; ``None``: the cores here.
+    parallelism: int | None = None
+
+    def plan_target(self, selected_bytes: int) -> int:
+        """The bytes a planned task aims at, for a selection of ``selected_bytes`` bytes.
+
+        ``target_bytes`` when given; otherwise the selection spread over ``parallelism`` tasks,
+        within [:data:`DEFAULT_MIN_TARGET_BYTES`, :data:`DEFAULT_MAX_TARGET_BYTES`].
+        """
+        if self.target_bytes is not None:
+            return self.target_bytes
+        parallelism = self.parallelism or os.cpu_count() or 1
+        share = -(-selected_bytes // parallelism)
+        return min(DEFAULT_MAX_TARGET_BYTES, max(DEFAULT_MIN_TARGET_BYTES, share))
 
     def selection(self, num_subpartitions: int) -> tuple[int, ...]:
         """The subpartitions to read, ascending: those of the option, or all."""
@@ -127,6 +188,56 @@ def parse_bool(value: str, name: str) -> bool:
     if text in ("false", "0", "no"):
         return False
     raise InvalidOptionError(f"option {name} must be true or false, found {value!r}")
+
+
+def parse_float(value: str, name: str, *, above: float) -> float:
+    """Parse a finite number greater than ``above``."""
+    try:
+        number = float(str(value).strip())
+    except ValueError:
+        raise InvalidOptionError(f"option {name} must be a number, found {value!r}") from None
+    if not (number > above and number != float("inf")):
+        raise InvalidOptionError(
+            f"option {name} must be a finite number above {above:g}, found {value!r}"
+        )
+    return number
+
+
+def parse_partitioning(opts: dict[str, str]) -> str:
+    """The read's mode from ``partitioning`` and ``consumers``, checked against each other.
+
+    Raises:
+        InvalidOptionError: an unknown mode, ``consumers`` with another mode or missing for
+            ``consumers``, or a plan option (``target_bytes``, ...) with a mode that is not
+            ``plan``.
+    """
+    given = opts.get("partitioning", "").strip().lower() or None
+    if given is not None and given not in PARTITIONINGS:
+        raise InvalidOptionError(
+            f"option partitioning must be one of {', '.join(PARTITIONINGS)}, "
+            f"found {opts['partitioning']!r}"
+        )
+    if "consumers" in opts:
+        if given not in (None, "consumers"):
+            raise InvalidOptionError(
+                f"option consumers gives partitioning 'consumers'; it cannot be combined with "
+                f"partitioning {given!r}"
+            )
+        mode = "consumers"
+    elif given == "consumers":
+        raise InvalidOptionError(
+            "partitioning 'consumers' needs option consumers (how many Spark partitions)"
+        )
+    else:
+        mode = given or DEFAULT_PARTITIONING
+    if mode != "plan":
+        tuning = [name for name in PLAN_OPTIONS if name in opts]
+        if tuning:
+            raise InvalidOptionError(
+                f"option {tuning[0]} tunes partitioning 'plan'; this read's partitioning is "
+                f"{mode!r}"
+            )
+    return mode
 
 
 def parse_verify(value: str) -> Verify:
@@ -277,13 +388,43 @@ def parse_read_options(options: Mapping[str, str]) -> ReadOptions:
     consumers = (
         parse_int(opts["consumers"], "consumers", minimum=1) if "consumers" in opts else None
     )
+    partitioning = parse_partitioning(opts)
     verify = parse_verify(opts["verify"]) if "verify" in opts else "auto"
     pushdown = parse_bool(opts["pushdown"], "pushdown") if "pushdown" in opts else False
+    target = opts.get("target_bytes")
+    skew_min = opts.get("skew_min_bytes")
     return ReadOptions(
         path=path,
+        partitioning=partitioning,
         consumers=consumers,
         subpartitions=opts.get("subpartitions"),
         verify=verify,
         pushdown=pushdown,
         storage_options=storage,
+        target_bytes=(None if target is None else _positive_bytes(target, "option target_bytes")),
+        skew_factor=(
+            parse_float(opts["skew_factor"], "skew_factor", above=0)
+            if "skew_factor" in opts
+            else DEFAULT_SKEW_FACTOR
+        ),
+        skew_min_bytes=(
+            DEFAULT_SKEW_MIN_BYTES
+            if skew_min is None
+            else parse_bytes(skew_min, name="option skew_min_bytes")
+        ),
+        max_tasks=(
+            parse_int(opts["max_tasks"], "max_tasks", minimum=1) if "max_tasks" in opts else None
+        ),
+        parallelism=(
+            parse_int(opts["parallelism"], "parallelism", minimum=1)
+            if "parallelism" in opts
+            else None
+        ),
     )
+
+
+def _positive_bytes(value: str, name: str) -> int:
+    size = parse_bytes(value, name=name)
+    if size < 1:
+        raise InvalidOptionError(f"{name} must be at least 1 byte, found {value!r}")
+    return size
