@@ -23,6 +23,10 @@ Two parts:
   subpartition is split: a split reads the index slices of the files, which a synthetic
   manifest does not have; the script checks that no task was split. Also timed: opening
   alone, and planning alone on an opened dataset.
+* **Opening cost against N.** One local file of 200,000 rows written with ``N`` = 16, 256 and
+  4,096 subpartitions (index 1 KB to 270 KB): the median time of ``open_file(path).read(3)``,
+  next to pyarrow's own ``ipc.open_file(path).get_batch(0)`` of the same data file (which
+  reads the footer, whatever ``N`` is). An open costs what the read needs, so it stays flat.
 """
 
 from __future__ import annotations
@@ -219,6 +223,57 @@ def planning_time(args: argparse.Namespace, work: Path) -> dict[str, Any]:
     return result
 
 
+def open_cost(args: argparse.Namespace, work: Path) -> list[dict[str, Any]]:
+    rows = 200_000
+    rng = np.random.default_rng(args.seed)
+    table = pa.table({"k": np.arange(rows, dtype=np.int64), "v": rng.random(rows)})
+    out = []
+    for n in (16, 256, 4096):
+        path = work / f"open-{n}.arrow"
+        ids = np.arange(rows) % n
+        with arrowshuffle.ShuffleFileWriter(path, table.schema, n, memory="2MiB") as writer:
+            for batch in table.to_batches(max_chunksize=20_000):
+                writer.write(batch, subpartitions=ids[: batch.num_rows])
+                ids = ids[batch.num_rows :]
+
+        def ours(path: Path = path) -> int:
+            return int(arrowshuffle.open_file(path).read(3).num_rows)
+
+        def peer(path: Path = path) -> int:
+            with pa.memory_map(str(path)) as source:
+                return int(pa.ipc.open_file(source).get_batch(0).num_rows)
+
+        ours_s, peer_s = [], []
+        ours(), peer()  # warm up
+        for _ in range(max(args.repeats, 5) * 6):
+            for fn, sink in ((ours, ours_s), (peer, peer_s)):
+                start = time.perf_counter()
+                fn()
+                sink.append(time.perf_counter() - start)
+        index_bytes = (work / f"open-{n}.arrow.idx").stat().st_size
+        entry = {
+            "subpartitions": n,
+            "index_bytes": index_bytes,
+            "ours": {
+                "median_s": statistics.median(ours_s),
+                "min_s": min(ours_s),
+                "max_s": max(ours_s),
+            },
+            "peer": {
+                "median_s": statistics.median(peer_s),
+                "min_s": min(peer_s),
+                "max_s": max(peer_s),
+            },
+        }
+        print(
+            f"open + read one subpartition, N={n} ({index_bytes:,} B index): "
+            f"{entry['ours']['median_s'] * 1e3:.3f} ms; pyarrow ipc.open_file + get_batch(0) "
+            f"{entry['peer']['median_s'] * 1e3:.3f} ms"
+        )
+        out.append(entry)
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", type=int, default=2_000_000, help="rows of each dataset")
@@ -245,6 +300,7 @@ def main(argv: list[str] | None = None) -> int:
             },
             "balance": balances,
             "planning": planning_time(args, work),
+            "open_cost": open_cost(args, work),
         }
     missed = [b["data"] for b in balances if b["with_plan"]["max_over_mean_bytes"] > GOAL]
     if missed:

@@ -341,6 +341,17 @@ def plan_figures(doc: dict[str, Any]) -> Iterator[Figure]:
         "json.loads of the manifest",
         Stat.of(p["json_loads"]),
     )
+    for entry in doc.get("open_cost", []):
+        yield Figure(
+            "plan",
+            f"open_file + read one subpartition, N={entry['subpartitions']:,} "
+            f"({entry['index_bytes']:,} B index)",
+            "s",
+            "arrowshuffle open_file(path).read(3)",
+            Stat.of(entry["ours"]),
+            "pyarrow ipc.open_file + get_batch(0)",
+            Stat.of(entry["peer"]),
+        )
 
 
 def wide_figures(doc: dict[str, Any]) -> Iterator[Figure]:
