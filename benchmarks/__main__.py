@@ -41,7 +41,7 @@ from benchmarks.report import (
 )
 
 ROOT = Path(__file__).resolve().parent.parent
-BENCHMARKS = ("format", "partitioners", "kernels", "reads", "spark", "plan", "wide")
+BENCHMARKS = ("format", "partitioners", "kernels", "reads", "verify", "spark", "plan", "wide")
 SIZES = ("small", "medium", "large")
 #: Repeats per size when --repeats is not given.
 DEFAULT_REPEATS = {"small": 3, "medium": 5, "large": 5}
@@ -53,6 +53,7 @@ REPEAT_FLAG = {
     "partitioners": "--repeats",
     "kernels": "--repeats",
     "reads": "--repeat",
+    "verify": "--repeats",
     "spark": "--repeats",
     "plan": "--repeats",
     "wide": "--repeats",
@@ -73,6 +74,7 @@ SIZE_FLAGS: dict[str, dict[str, list[str]]] = {
             "--region-bytes", str(1 * MiB), "--samples", "4",
             "--s3-rows", "40000", "--s3-region-bytes", str(64 * 1024),
         ],
+        "verify": ["--rows", "500000", "--s3-rows", "50000"],
         "spark": [
             "--rows", "100000", "--subpartitions", "8", "--files", "2", "--master", "local[2]",
         ],
@@ -84,6 +86,7 @@ SIZE_FLAGS: dict[str, dict[str, list[str]]] = {
         "partitioners": ["--rows", "2000000", "--size", "256MiB", "--pool", "64MiB"],
         "kernels": ["--rows", "2000000", "--writer-rows", "4000000"],
         "reads": ["--rows", "2000000", "--files", "8", "--subpartitions", "64"],
+        "verify": ["--rows", "2000000", "--s3-rows", "200000"],
         "spark": ["--rows", "1000000", "--subpartitions", "16", "--files", "4"],
         "plan": ["--rows", "2000000", "--files", "8", "--subpartitions", "64"],
         "wide": ["--files", "256", "--subpartitions", "500", "--local-files", "16,64,256"],
@@ -97,6 +100,7 @@ SIZE_FLAGS: dict[str, dict[str, list[str]]] = {
             "--region-bytes", str(16 * MiB), "--s3-rows", "1000000",
             "--s3-region-bytes", str(1 * MiB),
         ],
+        "verify": ["--rows", "10000000", "--s3-rows", "1000000"],
         "spark": ["--rows", "10000000", "--subpartitions", "64", "--files", "8"],
         "plan": ["--rows", "10000000", "--files", "8", "--subpartitions", "64"],
         "wide": [],  # M = N = 1,000
@@ -383,6 +387,10 @@ NOTES = """## What each benchmark measures
   At the small size the regions are smaller than the reader's default `max_gap` (256 KiB), so a
   default read merges each file's regions into one request: fewer requests, more bytes. The
   `max_gap=0` row is the same read with exact ranges (one request per region and file).
+* `verify` (`benchmarks/bench_verify.py`): the same dataset read with `verify=True` against
+  `verify=False`, locally (memory-mapped, warm page cache; whole dataset and one subpartition)
+  and on moto's S3 server on 127.0.0.1 (open + read), the two settings alternating; `verify="auto"`
+  (the default) is on for object stores and off for local files.
 * `spark` (`benchmarks/bench_spark.py`): local Spark writes the same cached DataFrame with the
   arrowshuffle data source, with `repartition(n, key).write.parquet` and with
   `write.partitionBy(sub).parquet`, then reads one subpartition and all of them back, decoding
@@ -393,7 +401,15 @@ NOTES = """## What each benchmark measures
   threshold = total / 256, factor 5) against one task per subpartition (goal: at most 1.5x).
   Then `open_dataset(path).plan()` on a synthetic manifest of 10,000 files x 1,000 subpartitions
   (manifest decode included; totals within 2x of each other, so nothing is split and the files
-  need not exist) against `json.loads` of the same bytes.
+  need not exist) against `json.loads` of the same bytes. Last, opening one local file and
+  reading one subpartition at N = 16, 256 and 4,096 subpartitions, against pyarrow's own
+  `ipc.open_file(path).get_batch(0)` of the same data file.
+* `wide` (`benchmarks/bench_wide.py`): M producer files x N subpartitions of small rows on
+  moto's S3 server (1,000 x 1,000 at the large size; `--quick` at the small one): one consumer of
+  100 reads its contiguous range from every file, before and after `compact`, against the same
+  rows as hive-partitioned Parquet read by polars and pyarrow; GETs and bytes are counted at the
+  server and time is modeled (20 ms per request + 100 MB/s, and 50 ms + 1 GB/s). Also compaction's
+  own time and bytes, and one consumer's local read time against M, before and after.
 
 Rerun one benchmark larger with its own flags, e.g. `python -m benchmarks.bench_reads --help`, or
 all of them with `python -m benchmarks --size medium` (near the scripts' defaults) or `--size large`

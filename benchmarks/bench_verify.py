@@ -15,11 +15,13 @@ Usage::
 from __future__ import annotations
 
 import argparse
+import json
 import statistics
 import tempfile
 import time
 import uuid
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from arrowshuffle.readers.dataset import open_dataset
@@ -34,8 +36,8 @@ def seconds(read: Callable[[], Any]) -> float:
     return time.perf_counter() - start
 
 
-def compare(label: str, read: Callable[[bool], Any], repeats: int) -> dict[str, float]:
-    """Median seconds of ``read(False)`` and ``read(True)``, and their ratio."""
+def compare(label: str, read: Callable[[bool], Any], repeats: int) -> dict[str, Any]:
+    """Median (min, max) seconds of ``read(False)`` and ``read(True)``, and their ratio."""
     read(False), read(True)  # warm up: page cache, imports, connections
     offs, ons = [], []
     for _ in range(repeats):
@@ -46,7 +48,12 @@ def compare(label: str, read: Callable[[bool], Any], repeats: int) -> dict[str, 
     print(
         f"{label:<36} verify off {off * 1e3:8.2f} ms  on {on * 1e3:8.2f} ms  ratio {on / off:.2f}"
     )
-    return {"off": off, "on": on, "ratio": on / off}
+    return {
+        "label": label,
+        "off": {"median_s": off, "min_s": min(offs), "max_s": max(offs)},
+        "on": {"median_s": on, "min_s": min(ons), "max_s": max(ons)},
+        "ratio": on / off,
+    }
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -56,7 +63,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--files", type=int, default=4)
     parser.add_argument("--repeats", type=int, default=21, help="reads per median")
     parser.add_argument("--no-s3", action="store_true")
+    parser.add_argument("--out", default=None, help="write the results as JSON here")
     args = parser.parse_args(argv)
+    results: list[dict[str, Any]] = []
 
     with tempfile.TemporaryDirectory() as tmp:
         url = f"{tmp}/ds"
@@ -66,11 +75,23 @@ def main(argv: list[str] | None = None) -> None:
         dataset = open_dataset(url)
         size = sum(f.data_size for f in dataset.manifest.files)
         print(f"local: {args.rows:,} rows, {size / 1e6:.0f} MB in {args.files} files")
-        compare("local, whole dataset", lambda v: dataset.read(verify=v), args.repeats)
-        compare("local, one subpartition", lambda v: dataset.read(3, verify=v), args.repeats)
+        results.append(
+            compare("local, whole dataset", lambda v: dataset.read(verify=v), args.repeats)
+        )
+        results.append(
+            compare("local, one subpartition", lambda v: dataset.read(3, verify=v), args.repeats)
+        )
 
-    if args.no_s3:
-        return
+    if not args.no_s3:
+        results.extend(s3_costs(args))
+    if args.out:
+        config = {"rows": args.rows, "s3_rows": args.s3_rows, "files": args.files}
+        document = {"config": config, "reads": results}
+        Path(args.out).write_text(json.dumps(document, indent=1) + "\n")
+
+
+def s3_costs(args: argparse.Namespace) -> list[dict[str, Any]]:
+    """The same comparison on moto's S3 server, each read opening the dataset afresh."""
     with moto_server() as (endpoint, _):
         import fsspec
 
@@ -86,16 +107,18 @@ def main(argv: list[str] | None = None) -> None:
         tables = list(generate(args.s3_rows, args.files, SUBPARTITIONS, 2))
         write_shuffle(url, tables, SUBPARTITIONS, 4 << 20, storage_options=options)
         print(f"S3 (moto): {args.s3_rows:,} rows in {args.files} files")
-        compare(
-            "S3, whole dataset (open + read)",
-            lambda v: open_dataset(url, options).read(verify=v),
-            args.repeats,
-        )
-        compare(
-            "S3, one subpartition (open + read)",
-            lambda v: open_dataset(url, options).read(3, verify=v),
-            args.repeats,
-        )
+        return [
+            compare(
+                "S3, whole dataset (open + read)",
+                lambda v: open_dataset(url, options).read(verify=v),
+                args.repeats,
+            ),
+            compare(
+                "S3, one subpartition (open + read)",
+                lambda v: open_dataset(url, options).read(3, verify=v),
+                args.repeats,
+            ),
+        ]
 
 
 if __name__ == "__main__":

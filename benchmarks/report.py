@@ -398,11 +398,26 @@ def wide_figures(doc: dict[str, Any]) -> Iterator[Figure]:
             )
 
 
+def verify_figures(doc: dict[str, Any]) -> Iterator[Figure]:
+    """bench_verify: reads that check every chunk's CRC32C against the same reads without."""
+    for entry in doc["reads"]:
+        yield Figure(
+            "verify",
+            f"read, {entry['label']}",
+            "s",
+            "verify=True",
+            Stat.of(entry["on"]),
+            "verify=False",
+            Stat.of(entry["off"]),
+        )
+
+
 EXTRACTORS: dict[str, Callable[[dict[str, Any]], Iterator[Figure]]] = {
     "format": format_figures,
     "partitioners": partitioner_figures,
     "kernels": kernel_figures,
     "reads": reads_figures,
+    "verify": verify_figures,
     "spark": spark_figures,
     "plan": plan_figures,
     "wide": wide_figures,

@@ -365,3 +365,31 @@ def test_inspect_reports_read_cost_and_suggests_compaction(tmp_path, capsys):
     after = json.loads(capsys.readouterr().out)["read_cost"]
     assert after["requests_per_consumer"] < before["requests_per_consumer"] / 2
     assert after["avg_chunk_bytes"] > before["avg_chunk_bytes"]
+
+
+@pytest.mark.s3
+@pytest.mark.spark
+def test_cli_and_spark_compaction_on_s3(spark, s3_endpoint, s3_bucket):
+    """The CLI and the Spark entry point compact a dataset on the object store."""
+    import arrowshuffle.spark as ash_spark
+
+    storage = s3_endpoint.storage_options()
+    flags = [
+        f"--storage-option=endpoint_url={storage['endpoint_url']}",
+        "--storage-option=key=testing",
+        "--storage-option=secret=testing",
+        '--storage-option=client_kwargs={"region_name": "eu-west-1"}',
+    ]
+    for name in ("cli", "spark"):
+        url = f"{s3_bucket}/{name}"
+        write_test_dataset(
+            url, num_files=5, num_subpartitions=6, batches_per_file=2, storage_options=storage
+        )
+        before = _multisets(url, storage)
+        if name == "cli":
+            assert main(["compact", url, "--json", *flags]) == 0
+        else:
+            report = ash_spark.compact(spark, url, storage_options=storage, memory="1MiB")
+            assert report.files_after == 1
+        assert arrowshuffle.open_dataset(url, storage).num_files == 1
+        _check_compacted(url, before, storage)
