@@ -21,16 +21,15 @@ from arrowshuffle._storage import resolve
 from arrowshuffle.format.manifest import ManifestFile
 from arrowshuffle.format.units import parse_bytes
 from arrowshuffle.writers.compact import (
-    DEFAULT_MEMORY,
     DEFAULT_TARGET_FILE_SIZE,
     CompactionReport,
     _require_manifest,
     commit_compaction,
-    merge_group,
     plan_groups,
 )
 from arrowshuffle.writers.dataset_writer import abort_dataset, new_file_name, new_job_id
 from arrowshuffle.writers.file_writer import WrittenFile
+from arrowshuffle.writers.merge import DEFAULT_MEMORY, merge_group
 
 _RESULT_SCHEMA = "group long, written string, bytes_read long"
 
