@@ -105,7 +105,7 @@ class ShuffleFile(Readable):
       that follow the prefix (up to :data:`FIRST_FETCH_LIMIT` bytes), and the second, made
       only once the header agrees with the manifest, for the rest;
     * a read costs one request per region for each contiguous run of subpartitions, fewer when
-      neighbouring ranges are merged (``max_gap``/``max_block``).
+      neighbouring ranges are merged (``ReadOptions.max_gap`` and ``max_block``).
 
     Args:
         location: the data file.
