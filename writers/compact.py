@@ -30,13 +30,14 @@ so a consumer then makes one read per output region instead of one per input fil
 
 from __future__ import annotations
 
+import errno
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from arrowshuffle._storage import Location, remove_quietly, resolve
-from arrowshuffle.format.errors import CorruptFileError, InvalidOptionError
+from arrowshuffle.format.errors import CorruptFileError, InvalidOptionError, MissingObjectError
 from arrowshuffle.format.manifest import Manifest, ManifestFile, encode_manifest
 from arrowshuffle.format.units import parse_bytes
 from arrowshuffle.writers.dataset_writer import (
@@ -237,58 +238,116 @@ def compact(
     Example:
         >>> arrowshuffle.compact("s3://bucket/shuffle", target_file_size="512MiB")  # doctest: +SKIP
     """
+    job = start_compaction(
+        path, target_file_size=target_file_size, storage_options=storage_options, memory=memory
+    )
+    if dry_run or not job.merged:
+        return job.report(dry_run=dry_run)
+    job_id = new_job_id()
+    outputs: dict[int, WrittenFile] = {}
+    bytes_read = 0
+    try:
+        for group in job.merged:
+            written, read = merge_group(
+                job.directory,
+                [job.before.files[i] for i in group.files],
+                name=new_file_name(group.index, job_id=job_id),
+                num_subpartitions=job.before.num_subpartitions,
+                partitioner=job.before.partitioner,
+                memory=job.memory,
+                progress=progress,
+            )
+            outputs[group.index] = written
+            bytes_read += read
+    except BaseException:
+        abort_dataset(job.directory, list(outputs.values()), job_id=job_id)
+        raise
+    return job.finish(outputs, bytes_read, job_id=job_id, progress=progress)
+
+
+@dataclass(frozen=True)
+class CompactionJob:
+    """A compaction under way: the dataset, the manifest it started from, its groups.
+
+    Shared by :func:`compact` and the Spark compaction, which differ only in where the groups
+    are merged.
+    """
+
+    directory: Location
+    before: Manifest
+    groups: tuple[CompactionGroup, ...]
+    memory: int
+    started: float
+
+    @property
+    def merged(self) -> list[CompactionGroup]:
+        """The groups of several files (the others are kept as they are)."""
+        return [g for g in self.groups if g.merged]
+
+    def report(
+        self,
+        *,
+        dry_run: bool = False,
+        outputs: dict[int, WrittenFile] | None = None,
+        bytes_read: int = 0,
+    ) -> CompactionReport:
+        """What the compaction did (or, before any merge, would do)."""
+        written = list((outputs or {}).values())
+        return CompactionReport(
+            url=self.directory.url,
+            dry_run=dry_run,
+            groups=self.groups,
+            files_before=len(self.before.files),
+            files_after=len(self.before.files) - sum(len(g.files) - 1 for g in self.merged),
+            bytes_read=bytes_read,
+            bytes_written=sum(w.data_size + w.index_size for w in written),
+            seconds=time.perf_counter() - self.started if outputs is not None else 0.0,
+            written=tuple(w.data_url.rstrip("/").rsplit("/", 1)[-1] for w in written),
+        )
+
+    def finish(
+        self,
+        outputs: dict[int, WrittenFile],
+        bytes_read: int,
+        *,
+        job_id: str,
+        progress: Progress | None = None,
+    ) -> CompactionReport:
+        """Commit the merged files (see :func:`commit_compaction`) and report."""
+        commit_compaction(
+            self.directory, self.before, self.groups, outputs, job_id=job_id, progress=progress
+        )
+        return self.report(outputs=outputs, bytes_read=bytes_read)
+
+
+def start_compaction(
+    path: str,
+    *,
+    target_file_size: int | str,
+    storage_options: dict[str, Any] | None,
+    memory: int | str,
+) -> CompactionJob:
+    """Check the options, read the manifest and group its files.
+
+    Raises:
+        MissingObjectError: ``path`` holds no dataset.
+        InvalidOptionError: a bad option.
+    """
     started = time.perf_counter()
     budget = parse_bytes(memory, name="memory")
     if budget < 1:
         raise InvalidOptionError(f"memory must be at least 1 byte, found {budget}")
     directory = resolve(path, storage_options)
     before = _require_manifest(directory)
-    groups = plan_groups(before, target_file_size)
-    merged = [g for g in groups if g.merged]
-    files_after = len(before.files) - sum(len(g.files) - 1 for g in merged)
-    if dry_run or not merged:
-        return CompactionReport(
-            directory.url, dry_run, tuple(groups), len(before.files), files_after
-        )
-    job_id = new_job_id()
-    outputs: dict[int, WrittenFile] = {}
-    bytes_read = 0
-    try:
-        for group in merged:
-            written, read = merge_group(
-                directory,
-                [before.files[i] for i in group.files],
-                name=new_file_name(group.index, job_id=job_id),
-                num_subpartitions=before.num_subpartitions,
-                partitioner=before.partitioner,
-                memory=budget,
-                progress=progress,
-            )
-            outputs[group.index] = written
-            bytes_read += read
-    except BaseException:
-        abort_dataset(directory, list(outputs.values()), job_id=job_id)
-        raise
-    commit_compaction(directory, before, groups, outputs, job_id=job_id, progress=progress)
-    return CompactionReport(
-        url=directory.url,
-        dry_run=False,
-        groups=tuple(groups),
-        files_before=len(before.files),
-        files_after=files_after,
-        bytes_read=bytes_read,
-        bytes_written=sum(w.data_size + w.index_size for w in outputs.values()),
-        seconds=time.perf_counter() - started,
-        written=tuple(w.data_url.rstrip("/").rsplit("/", 1)[-1] for w in outputs.values()),
-    )
+    groups = tuple(plan_groups(before, target_file_size))
+    return CompactionJob(directory, before, groups, budget, started)
 
 
 def _require_manifest(directory: Location) -> Manifest:
-    from arrowshuffle.format.errors import MissingObjectError
-
     manifest = read_manifest(directory)
     if manifest is None:
         raise MissingObjectError(
-            2, f"{directory.url} is not an arrowshuffle dataset: it has no manifest to compact"
+            errno.ENOENT,
+            f"{directory.url} is not an arrowshuffle dataset: it has no manifest to compact",
         )
     return manifest

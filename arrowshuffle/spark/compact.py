@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -19,13 +18,10 @@ import pyarrow as pa
 
 from arrowshuffle._storage import resolve
 from arrowshuffle.format.manifest import ManifestFile
-from arrowshuffle.format.units import parse_bytes
 from arrowshuffle.writers.compact import (
     DEFAULT_TARGET_FILE_SIZE,
     CompactionReport,
-    _require_manifest,
-    commit_compaction,
-    plan_groups,
+    start_compaction,
 )
 from arrowshuffle.writers.dataset_writer import abort_dataset, new_file_name, new_job_id
 from arrowshuffle.writers.file_writer import WrittenFile
@@ -63,28 +59,23 @@ def compact(
         InvalidOptionError: a bad option, or the dataset changed while it was compacted.
         FormatError: an input breaks a rule of the format; nothing was replaced.
     """
-    started = time.perf_counter()
-    budget = parse_bytes(memory, name="memory")
-    directory = resolve(path, storage_options)
-    before = _require_manifest(directory)
-    groups = plan_groups(before, target_file_size)
-    merged = [g for g in groups if g.merged]
-    files_after = len(before.files) - sum(len(g.files) - 1 for g in merged)
-    if dry_run or not merged:
-        return CompactionReport(
-            directory.url, dry_run, tuple(groups), len(before.files), files_after
-        )
+    job = start_compaction(
+        path, target_file_size=target_file_size, storage_options=storage_options, memory=memory
+    )
+    if dry_run or not job.merged:
+        return job.report(dry_run=dry_run)
     job_id = new_job_id()
     tasks = [
         {
             "group": g.index,
             "name": new_file_name(g.index, job_id=job_id),
-            "files": [dataclasses.asdict(before.files[i]) for i in g.files],
+            "files": [dataclasses.asdict(job.before.files[i]) for i in g.files],
         }
-        for g in merged
+        for g in job.merged
     ]
+    directory, budget = job.directory, job.memory
     url, options = directory.url, storage_options
-    n, partitioner = before.num_subpartitions, dict(before.partitioner)
+    n, partitioner = job.before.num_subpartitions, dict(job.before.partitioner)
 
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         place = resolve(url, options)
@@ -121,15 +112,4 @@ def compact(
     except BaseException:
         abort_dataset(directory, list(outputs.values()), job_id=job_id)
         raise
-    commit_compaction(directory, before, groups, outputs, job_id=job_id)
-    return CompactionReport(
-        url=directory.url,
-        dry_run=False,
-        groups=tuple(groups),
-        files_before=len(before.files),
-        files_after=files_after,
-        bytes_read=bytes_read,
-        bytes_written=sum(w.data_size + w.index_size for w in outputs.values()),
-        seconds=time.perf_counter() - started,
-        written=tuple(w.data_url.rstrip("/").rsplit("/", 1)[-1] for w in outputs.values()),
-    )
+    return job.finish(outputs, bytes_read, job_id=job_id)
