@@ -266,6 +266,25 @@ class RequestCounter:
         return body()
 
 
+def moto_options(endpoint: str) -> tuple[dict[str, Any], dict[str, str]]:
+    """Storage options that reach a moto server: for fsspec (s3fs) and for polars."""
+    fsspec_options = {
+        "endpoint_url": endpoint,
+        "key": "bench",
+        "secret": "bench",
+        "client_kwargs": {"region_name": "eu-west-1"},
+        "use_listings_cache": False,
+    }
+    polars_options = {
+        "aws_endpoint_url": endpoint,
+        "aws_access_key_id": "bench",
+        "aws_secret_access_key": "bench",
+        "aws_region": "eu-west-1",
+        "aws_allow_http": "true",
+    }
+    return fsspec_options, polars_options
+
+
 @contextlib.contextmanager
 def moto_server() -> Iterator[tuple[str, RequestCounter]]:
     from moto.server import ThreadedMotoServer
@@ -295,20 +314,7 @@ def measure_s3(args: argparse.Namespace, ids: list[int]) -> dict[str, Any]:
     from pyarrow import fs as pafs
 
     with moto_server() as (endpoint, counter):
-        options = {
-            "endpoint_url": endpoint,
-            "key": "bench",
-            "secret": "bench",
-            "client_kwargs": {"region_name": "eu-west-1"},
-            "use_listings_cache": False,
-        }
-        polars_options = {
-            "aws_endpoint_url": endpoint,
-            "aws_access_key_id": "bench",
-            "aws_secret_access_key": "bench",
-            "aws_region": "eu-west-1",
-            "aws_allow_http": "true",
-        }
+        options, polars_options = moto_options(endpoint)
         bucket = f"bench-{uuid.uuid4().hex[:8]}"
         s3 = fsspec.filesystem("s3", **options)
         s3.mkdir(bucket)

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from arrowshuffle.readers.dataset import open_dataset
-from benchmarks.bench_reads import generate, moto_server, write_shuffle
+from benchmarks.bench_reads import generate, moto_options, moto_server, write_shuffle
 
 SUBPARTITIONS = 16
 
@@ -95,12 +95,7 @@ def s3_costs(args: argparse.Namespace) -> list[dict[str, Any]]:
     with moto_server() as (endpoint, _):
         import fsspec
 
-        options = {
-            "endpoint_url": endpoint,
-            "key": "bench",
-            "secret": "bench",
-            "client_kwargs": {"region_name": "eu-west-1"},
-        }
+        options, _ = moto_options(endpoint)
         bucket = f"bench-{uuid.uuid4().hex[:8]}"
         fsspec.filesystem("s3", **options).mkdir(bucket)
         url = f"s3://{bucket}/ds"

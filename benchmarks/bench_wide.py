@@ -37,7 +37,7 @@ import pyarrow as pa
 import arrowshuffle
 from arrowshuffle.writers.dataset_writer import commit_dataset, new_file_name, prepare_directory
 from arrowshuffle.writers.file_writer import ShuffleFileWriter, WrittenFile
-from benchmarks.bench_reads import moto_server
+from benchmarks.bench_reads import moto_options, moto_server
 
 MB = 1_000_000
 SCHEMA = pa.schema([("id", pa.int64()), ("sp", pa.int32()), ("v", pa.float64())])
@@ -200,20 +200,7 @@ def measure_s3(args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
     write_hive(hive_local, local, args.subpartitions)
     print(f"wrote {args.files} files locally in {time.perf_counter() - start:.1f} s", flush=True)
     with moto_server() as (endpoint, counter):
-        options = {
-            "endpoint_url": endpoint,
-            "key": "bench",
-            "secret": "bench",
-            "client_kwargs": {"region_name": "eu-west-1"},
-            "use_listings_cache": False,
-        }
-        polars_options = {
-            "aws_endpoint_url": endpoint,
-            "aws_access_key_id": "bench",
-            "aws_secret_access_key": "bench",
-            "aws_region": "eu-west-1",
-            "aws_allow_http": "true",
-        }
+        options, polars_options = moto_options(endpoint)
         bucket = f"bench-{uuid.uuid4().hex[:8]}"
         s3 = fsspec.filesystem("s3", **options)
         s3.mkdir(bucket)
