@@ -105,6 +105,47 @@ def check_index(index: ShuffleIndex) -> list[Violation]:
     return found
 
 
+def undefined_region_flags(regions: np.ndarray) -> Violation | None:
+    """V20 for a region table: the first region with a flag bit v1 does not define."""
+    undefined = (regions["flags"] & ~np.uint32(REGION_BROADCAST)) != 0
+    if not undefined.any():
+        return None
+    r = int(np.argmax(undefined))
+    return Violation(
+        "V20",
+        f"region {r} has flags {int(regions['flags'][r]):#x}; v1 defines only bit 0 (broadcast)",
+    )
+
+
+def region_placement(regions: np.ndarray, data_length: int) -> Violation | None:
+    """The first region outside the data file (V8), else the first that starts too early (V9).
+
+    Compared without computing ``offset + length`` before the regions are known to lie inside
+    the file, where it could wrap around in uint64.
+    """
+    if len(regions) == 0:
+        return None
+    starts = regions["offset"]
+    lengths = regions["length"]
+    outside = (starts > data_length) | (lengths > data_length - np.minimum(starts, data_length))
+    if outside.any():
+        r = int(np.argmax(outside))
+        return Violation(
+            "V8",
+            f"region {r} ends at byte {int(starts[r]) + int(lengths[r])}, past the data file's "
+            f"{data_length} bytes",
+        )
+    overlap = starts[1:] < starts[:-1] + lengths[:-1]
+    if not overlap.any():
+        return None
+    r = int(np.argmax(overlap)) + 1
+    return Violation(
+        "V9",
+        f"region {r} starts at byte {int(starts[r])}, before region {r - 1} ends at byte "
+        f"{int(starts[r - 1]) + int(lengths[r - 1])}",
+    )
+
+
 def _check_reserved(index: ShuffleIndex) -> list[Violation]:
     """V20: region flags use only defined bits; reserved words are zero.
 
@@ -112,16 +153,9 @@ def _check_reserved(index: ShuffleIndex) -> list[Violation]:
     a set bit means a writer that does not follow the format, whose regions cannot be trusted.
     """
     regions = index.meta.regions
-    undefined = (regions["flags"] & ~np.uint32(REGION_BROADCAST)) != 0
-    if undefined.any():
-        r = int(np.argmax(undefined))
-        return [
-            Violation(
-                "V20",
-                f"region {r} has flags {int(regions['flags'][r]):#x}; v1 defines only bit 0 "
-                "(broadcast)",
-            )
-        ]
+    flags = undefined_region_flags(regions)
+    if flags is not None:
+        return [flags]
     reserved = regions["reserved"] != 0
     if reserved.any():
         r = int(np.argmax(reserved))
@@ -146,30 +180,11 @@ def _check_region_layout(index: ShuffleIndex) -> list[Violation]:
     regions = index.meta.regions
     if len(regions) == 0:
         return found
-    starts = regions["offset"]
-    lengths = regions["length"]
-    data_length = index.header.data_length
-    outside = (starts > data_length) | (lengths > data_length - np.minimum(starts, data_length))
-    if outside.any():
-        r = int(np.argmax(outside))
-        found.append(
-            Violation(
-                "V8",
-                f"region {r} ends at byte {int(starts[r]) + int(lengths[r])}, past the data "
-                f"file's {data_length} bytes",
-            )
-        )
-        return found  # the byte arithmetic below assumes regions inside the file
-    overlap = starts[1:] < starts[:-1] + lengths[:-1]
-    if overlap.any():
-        r = int(np.argmax(overlap)) + 1
-        found.append(
-            Violation(
-                "V9",
-                f"region {r} starts at byte {int(starts[r])}, before region {r - 1} "
-                f"ends at byte {int(starts[r - 1]) + int(lengths[r - 1])}",
-            )
-        )
+    placement = region_placement(regions, index.header.data_length)
+    if placement is not None:
+        found.append(placement)
+        if placement.rule == "V8":
+            return found  # the byte arithmetic below assumes regions inside the file
     broadcast = index.broadcast_regions
     regular = ~broadcast
     if regular.any():

@@ -27,9 +27,7 @@ import numpy as np
 
 from arrowshuffle.format.errors import CorruptFileError
 from arrowshuffle.format.index import REGION_BROADCAST
-
-#: Region flag bits that v1 defines; any other bit set is a broken file (V20).
-KNOWN_REGION_FLAGS = REGION_BROADCAST
+from arrowshuffle.format.rules import region_placement, undefined_region_flags
 
 
 def _first(mask: np.ndarray) -> tuple[int, ...]:
@@ -37,40 +35,14 @@ def _first(mask: np.ndarray) -> tuple[int, ...]:
 
 
 def check_regions(regions: np.ndarray, data_length: int, url: str) -> None:
-    """Check the region table: inside the data file, in order, no undefined flag bit.
+    """Check the region table: no undefined flag bit, inside the data file, in order.
 
     Raises:
-        CorruptFileError: naming rule V8, V9 or V20 and the region.
+        CorruptFileError: naming rule V20, V8 or V9 and the region.
     """
-    if len(regions) == 0:
-        return
-    undefined = (regions["flags"] & ~np.uint32(KNOWN_REGION_FLAGS)) != 0
-    if undefined.any():
-        r = int(np.argmax(undefined))
-        raise CorruptFileError(
-            f"{url}: region {r} has flags {int(regions['flags'][r]):#x}; v1 defines only bit 0 "
-            "(broadcast)",
-            rule="V20",
-        )
-    starts = regions["offset"]
-    lengths = regions["length"]
-    # Compare without computing offset + length, which could wrap around in uint64.
-    outside = (starts > data_length) | (lengths > data_length - np.minimum(starts, data_length))
-    if outside.any():
-        r = int(np.argmax(outside))
-        raise CorruptFileError(
-            f"{url}: region {r} ends at byte {int(starts[r]) + int(lengths[r])}, past the data "
-            f"file's {data_length} bytes",
-            rule="V8",
-        )
-    overlap = starts[1:] < starts[:-1] + lengths[:-1]
-    if overlap.any():
-        r = int(np.argmax(overlap)) + 1
-        raise CorruptFileError(
-            f"{url}: region {r} starts at byte {int(starts[r])}, before region {r - 1} ends at "
-            f"byte {int(starts[r - 1]) + int(lengths[r - 1])}",
-            rule="V9",
-        )
+    for found in (undefined_region_flags(regions), region_placement(regions, data_length)):
+        if found is not None:
+            raise CorruptFileError(f"{url}: {found.message}", rule=found.rule)
 
 
 def check_run(
