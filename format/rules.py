@@ -57,37 +57,14 @@ def check_index(index: ShuffleIndex) -> list[Violation]:
     found: list[Violation] = []
     entries = index.entries
     data_length = index.header.data_length
-    if entries.size:
-        offsets = entries["offset"]
-        lengths = entries["length"]
-        # Compare without computing offset + length, which could wrap around in uint64.
-        past = (offsets > data_length) | (lengths > data_length - np.minimum(offsets, data_length))
-        if past.any():
-            s, r = _first(past)
-            end = int(offsets[s, r]) + int(lengths[s, r])
-            found.append(
-                Violation(
-                    "V8",
-                    f"chunk (region {r}, subpartition {s}) ends at byte {end}, "
-                    f"past the data file's {data_length} bytes",
-                )
-            )
-    if not found:  # a chunk outside the file already says the layout is broken
+    outside = chunks_outside_file(entries, data_length)
+    if outside is not None:
+        found.append(outside)
+    else:  # a chunk outside the file already says the layout is broken
         found.extend(_check_region_layout(index))
-    if entries.size:
-        has_bytes = entries["length"] > 0
-        has_batches = entries["batches"] > 0
-        bad = (has_bytes != has_batches) | ((entries["rows"] > 0) != has_batches)
-        if bad.any():
-            s, r = _first(bad)
-            e = entries[s, r]
-            found.append(
-                Violation(
-                    "V11",
-                    f"chunk (region {r}, subpartition {s}) has {int(e['length'])} bytes, "
-                    f"{int(e['batches'])} batches and {int(e['rows'])} rows",
-                )
-            )
+    half_empty = half_empty_chunk(entries)
+    if half_empty is not None:
+        found.append(half_empty)
     found.extend(_check_reserved(index))
     broadcast = index.broadcast_regions
     rows = entries["rows"].sum(axis=0, dtype=np.uint64) if entries.size else np.zeros(0)
@@ -103,6 +80,48 @@ def check_index(index: ShuffleIndex) -> list[Violation]:
             )
         )
     return found
+
+
+def chunks_outside_file(entries: np.ndarray, data_length: int, first: int = 0) -> Violation | None:
+    """V8: the first entry whose chunk does not lie inside the data file.
+
+    ``entries`` has one row per subpartition from ``first`` on; ``offset + length`` is never
+    computed for the comparison, since it could wrap around in uint64.
+    """
+    if entries.size == 0:
+        return None
+    offsets = entries["offset"]
+    lengths = entries["length"]
+    past = (offsets > data_length) | (lengths > data_length - np.minimum(offsets, data_length))
+    if not past.any():
+        return None
+    i, r = _first(past)
+    return Violation(
+        "V8",
+        f"chunk (region {r}, subpartition {first + i}) ends at byte "
+        f"{int(offsets[i, r]) + int(lengths[i, r])}, past the data file's {data_length} bytes",
+    )
+
+
+def half_empty_chunk(entries: np.ndarray, first: int = 0) -> Violation | None:
+    """V11: the first entry that has some but not all of bytes, batches and rows.
+
+    The writer writes no record batch without rows, so an empty chunk has none of the three.
+    """
+    if entries.size == 0:
+        return None
+    has_batches = entries["batches"] > 0
+    bad = ((entries["length"] > 0) != has_batches) | ((entries["rows"] > 0) != has_batches)
+    if not bad.any():
+        return None
+    i, r = _first(bad)
+    e = entries[i, r]
+    return Violation(
+        "V11",
+        f"chunk (region {r}, subpartition {first + i}) has {int(e['length'])} bytes, "
+        f"{int(e['batches'])} batches and {int(e['rows'])} rows; expected all three zero or all "
+        "three non-zero",
+    )
 
 
 def undefined_region_flags(regions: np.ndarray) -> Violation | None:

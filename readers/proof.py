@@ -27,7 +27,12 @@ import numpy as np
 
 from arrowshuffle.format.errors import CorruptFileError
 from arrowshuffle.format.index import REGION_BROADCAST
-from arrowshuffle.format.rules import region_placement, undefined_region_flags
+from arrowshuffle.format.rules import (
+    chunks_outside_file,
+    half_empty_chunk,
+    region_placement,
+    undefined_region_flags,
+)
 
 
 def _first(mask: np.ndarray) -> tuple[int, ...]:
@@ -75,17 +80,12 @@ def check_run(
     """
     if entries.size == 0:
         return
-    offsets = entries["offset"]
-    lengths = entries["length"]
-    past = (offsets > data_length) | (lengths > data_length - np.minimum(offsets, data_length))
-    if past.any():
-        i, r = _first(past)
-        raise CorruptFileError(
-            f"{url}: chunk (region {r}, subpartition {run.start + i}) ends at byte "
-            f"{int(offsets[i, r]) + int(lengths[i, r])}, past the data file's {data_length} bytes",
-            rule="V8",
-        )
-    _check_emptiness(entries, run, url)
+    for found in (
+        chunks_outside_file(entries, data_length, run.start),
+        half_empty_chunk(entries, run.start),
+    ):
+        if found is not None:
+            raise CorruptFileError(f"{url}: {found.message}", rule=found.rule)
     broadcast = (regions["flags"] & REGION_BROADCAST) != 0
     if broadcast.any():
         _check_broadcast(entries[:, broadcast], regions[broadcast], np.flatnonzero(broadcast), url)
@@ -100,23 +100,6 @@ def check_run(
             url,
             before=None if before is None else before[regular],
             after=None if after is None else after[regular],
-        )
-
-
-def _check_emptiness(entries: np.ndarray, run: range, url: str) -> None:
-    """V11: no bytes, no batches and no rows go together (the writer writes no empty batch)."""
-    has_bytes = entries["length"] > 0
-    has_batches = entries["batches"] > 0
-    has_rows = entries["rows"] > 0
-    bad = (has_bytes != has_batches) | (has_rows != has_batches)
-    if bad.any():
-        i, r = _first(bad)
-        e = entries[i, r]
-        raise CorruptFileError(
-            f"{url}: chunk (region {r}, subpartition {run.start + i}) has {int(e['length'])} "
-            f"bytes, {int(e['batches'])} batches and {int(e['rows'])} rows; expected all three "
-            "zero or all three non-zero",
-            rule="V11",
         )
 
 
