@@ -48,7 +48,8 @@ class Violation:
         return f"[{self.rule}] {self.message}"
 
 
-def _first(mask: np.ndarray) -> tuple[int, ...]:
+def first_index(mask: np.ndarray) -> tuple[int, ...]:
+    """The index of the first True of a boolean array, as a tuple of ints."""
     return tuple(int(i) for i in np.argwhere(mask)[0])
 
 
@@ -95,7 +96,7 @@ def chunks_outside_file(entries: np.ndarray, data_length: int, first: int = 0) -
     past = (offsets > data_length) | (lengths > data_length - np.minimum(offsets, data_length))
     if not past.any():
         return None
-    i, r = _first(past)
+    i, r = first_index(past)
     return Violation(
         "V8",
         f"chunk (region {r}, subpartition {first + i}) ends at byte "
@@ -114,7 +115,7 @@ def half_empty_chunk(entries: np.ndarray, first: int = 0) -> Violation | None:
     bad = ((entries["length"] > 0) != has_batches) | ((entries["rows"] > 0) != has_batches)
     if not bad.any():
         return None
-    i, r = _first(bad)
+    i, r = first_index(bad)
     e = entries[i, r]
     return Violation(
         "V11",
@@ -215,7 +216,7 @@ def _check_region_layout(index: ShuffleIndex) -> list[Violation]:
         )
         misplaced = starts != expected_starts
         if misplaced.any():
-            s, col = _first(misplaced)
+            s, col = first_index(misplaced)
             r = int(np.flatnonzero(regular)[col])
             found.append(
                 Violation(

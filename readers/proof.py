@@ -29,14 +29,11 @@ from arrowshuffle.format.errors import CorruptFileError
 from arrowshuffle.format.index import REGION_BROADCAST
 from arrowshuffle.format.rules import (
     chunks_outside_file,
+    first_index,
     half_empty_chunk,
     region_placement,
     undefined_region_flags,
 )
-
-
-def _first(mask: np.ndarray) -> tuple[int, ...]:
-    return tuple(int(i) for i in np.argwhere(mask)[0])
 
 
 def check_regions(regions: np.ndarray, data_length: int, url: str) -> None:
@@ -138,7 +135,7 @@ def _check_regular(
     ends = offsets + entries["length"]  # inside the file (V8 passed): cannot wrap
     outside = (offsets < region_start) | (ends > region_end)
     if outside.any():
-        i, col = _first(outside)
+        i, col = first_index(outside)
         raise CorruptFileError(
             f"{url}: chunk (region {int(numbers[col])}, subpartition {run.start + i}) spans bytes "
             f"[{int(offsets[i, col])}, {int(ends[i, col])}), outside its region "
@@ -147,7 +144,7 @@ def _check_regular(
         )
     gaps = offsets[1:] != ends[:-1]
     if gaps.any():
-        i, col = _first(gaps)
+        i, col = first_index(gaps)
         raise CorruptFileError(
             f"{url}: chunk (region {int(numbers[col])}, subpartition {run.start + i + 1}) starts "
             f"at byte {int(offsets[i + 1, col])}, expected {int(ends[i, col])} (right after the "
