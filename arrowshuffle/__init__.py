@@ -18,6 +18,11 @@ from arrowshuffle.format.errors import (
     ShuffleIOError,
     UnsupportedVersionError,
 )
+from arrowshuffle.format.partitioners import (
+    PARTITIONER_NAMES,
+    make_partitioner,
+    partitioner_from_spec,
+)
 from arrowshuffle.readers.assign import ConsumerAssignment, assign
 from arrowshuffle.readers.balance import PlannedRead
 from arrowshuffle.readers.dataset import ShuffleDataset, open_dataset
@@ -30,11 +35,6 @@ from arrowshuffle.writers.api import write, write_dataset
 from arrowshuffle.writers.compact import CompactionReport, compact
 from arrowshuffle.writers.file_writer import ShuffleFileWriter, WrittenFile
 from arrowshuffle.writers.memory_pool import MemoryPool, set_default_memory_pool
-from arrowshuffle.writers.partitioners import (
-    PARTITIONER_NAMES,
-    make_partitioner,
-    partitioner_from_spec,
-)
 from arrowshuffle.writers.vacuum import VacuumReport, vacuum
 
 __version__ = "0.1.0"

@@ -30,7 +30,6 @@ import contextlib
 import json
 import os
 import sys
-import uuid
 from collections.abc import Iterator, Sequence
 from typing import Any, Protocol, TextIO
 
@@ -39,10 +38,9 @@ import pyarrow as pa
 
 import arrowshuffle
 from arrowshuffle._progress import ProgressBar
-from arrowshuffle._storage import INDEX_SUFFIX, resolve
 from arrowshuffle.format.errors import ArrowShuffleError, FormatError, InvalidOptionError
-from arrowshuffle.format.manifest import MANIFEST_NAME
-from arrowshuffle.format.units import parse_bytes, parse_duration
+from arrowshuffle.format.naming import DATA_SUFFIX, INDEX_SUFFIX, MANIFEST_NAME, temp_name
+from arrowshuffle.format.notation import parse_bytes, parse_duration
 from arrowshuffle.readers.balance import (
     DEFAULT_SKEW_FACTOR,
     DEFAULT_SKEW_MIN_BYTES,
@@ -56,10 +54,10 @@ from arrowshuffle.readers.file_reader import open_file
 from arrowshuffle.readers.integrity import Verify
 from arrowshuffle.readers.layout import file_layout, layout_summary
 from arrowshuffle.readers.read_cost import read_cost
+from arrowshuffle.readers.storage import resolve
 from arrowshuffle.readers.validate import ValidationReport, validate_file
 from arrowshuffle.readers.validate_dataset import DatasetReport, is_dataset, validate_dataset
 from arrowshuffle.writers.compact import DEFAULT_TARGET_FILE_SIZE, compact
-from arrowshuffle.writers.dataset_writer import DATA_SUFFIX
 from arrowshuffle.writers.merge import DEFAULT_MEMORY as DEFAULT_COMPACT_MEMORY
 from arrowshuffle.writers.vacuum import DEFAULT_OLDER_THAN, vacuum
 
@@ -505,7 +503,7 @@ def _write(writer: _BatchWriter, batch: pa.RecordBatch, kind: str) -> None:
 def _published(path: str) -> Iterator[str]:
     """Yield a temporary name beside ``path``; rename it to ``path`` only on success."""
     directory, name = os.path.split(os.path.abspath(path))
-    temp = os.path.join(directory, f".{name}.{uuid.uuid4().hex}.tmp")
+    temp = os.path.join(directory, temp_name(name))
     try:
         yield temp
         os.replace(temp, path)

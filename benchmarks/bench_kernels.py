@@ -116,7 +116,7 @@ def interleaved(
 def bench_hash(rows: int, repeats: int) -> list[dict[str, Any]]:
     import polars as pl
 
-    from arrowshuffle.writers.partitioners import make_partitioner
+    from arrowshuffle.format.partitioners import make_partitioner
 
     batches = hash_batches(rows, 1)
     results = []
@@ -211,7 +211,7 @@ def main(argv: list[str] | None = None) -> int:
 
     import polars as pl
 
-    from arrowshuffle.writers._threads import num_threads
+    from arrowshuffle.format.parallel import num_threads
 
     threads = {"arrowshuffle": num_threads(), "polars": pl.thread_pool_size()}
     load_before = os.getloadavg()[0]

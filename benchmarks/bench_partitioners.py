@@ -123,7 +123,7 @@ def options_for(name: str, keys: list[str]) -> dict[str, Any] | None:
 def bench_throughput(batches: list[pa.RecordBatch], repeats: int) -> list[dict[str, Any]]:
     import polars as pl
 
-    from arrowshuffle.writers.partitioners import make_partitioner
+    from arrowshuffle.format.partitioners import make_partitioner
 
     rows = sum(b.num_rows for b in batches)
     results: list[dict[str, Any]] = []
@@ -311,7 +311,7 @@ def print_table(results: list[dict[str, Any]], memory: dict[str, Any] | None) ->
 
 
 def parse_size(text: str) -> int:
-    from arrowshuffle.format.units import parse_bytes
+    from arrowshuffle.format.notation import parse_bytes
 
     return parse_bytes(text, name="size")
 
@@ -339,7 +339,7 @@ def main(argv: list[str] | None = None) -> None:
     print_table(results, memory)
     import polars as pl
 
-    from arrowshuffle.writers._threads import num_threads
+    from arrowshuffle.format.parallel import num_threads
 
     threads = {"arrowshuffle": num_threads(), "polars": pl.thread_pool_size()}
     print(f"\nthreads: arrowshuffle {threads['arrowshuffle']}, polars {threads['polars']}")

@@ -44,9 +44,10 @@ import numpy as np
 import pyarrow as pa
 
 import arrowshuffle
-from arrowshuffle._storage import resolve
 from arrowshuffle.format.manifest import Manifest, ManifestFile, SubpartitionTotals
-from arrowshuffle.writers.dataset_writer import new_file_name, write_manifest
+from arrowshuffle.format.naming import new_file_name
+from arrowshuffle.readers.storage import resolve
+from arrowshuffle.writers.dataset_writer import write_manifest
 
 #: The key that holds a third of the rows in the hot-key data.
 HOT_KEY = 42

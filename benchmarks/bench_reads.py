@@ -48,9 +48,10 @@ import pyarrow.dataset as pads
 import pyarrow.parquet as pq
 
 import arrowshuffle.polars as asp
+from arrowshuffle.format.naming import new_file_name
 from arrowshuffle.readers.dataset import open_dataset
 from arrowshuffle.readers.scheduler import ReadOptions
-from arrowshuffle.writers.dataset_writer import commit_dataset, new_file_name, prepare_directory
+from arrowshuffle.writers.dataset_writer import commit_dataset, prepare_directory
 from arrowshuffle.writers.file_writer import ShuffleFileWriter
 
 SCHEMA = pa.schema(

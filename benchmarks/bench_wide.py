@@ -35,7 +35,8 @@ import numpy as np
 import pyarrow as pa
 
 import arrowshuffle
-from arrowshuffle.writers.dataset_writer import commit_dataset, new_file_name, prepare_directory
+from arrowshuffle.format.naming import new_file_name
+from arrowshuffle.writers.dataset_writer import commit_dataset, prepare_directory
 from arrowshuffle.writers.file_writer import ShuffleFileWriter, WrittenFile
 from benchmarks.bench_reads import moto_options, moto_server
 

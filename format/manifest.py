@@ -22,8 +22,8 @@ from arrowshuffle.format.index import (
     schema_from_bytes,
     schema_to_bytes,
 )
+from arrowshuffle.format.naming import INDEX_SUFFIX
 
-MANIFEST_NAME = "_arrowshuffle_manifest.json"
 MANIFEST_KIND = "arrowshuffle-dataset"
 #: 1.1 added the optional per-subpartition totals; readers of 1.0 ignore them.
 MANIFEST_VERSION_MINOR = 1
@@ -32,8 +32,6 @@ MAX_MANIFEST_BYTES = 256 * 1024 * 1024
 #: Arrays and objects nested deeper than this are refused before parsing (M1): written
 #: manifests nest a few levels, and a parser must never recurse as deep as a document asks.
 MAX_MANIFEST_DEPTH = 64
-#: The index sidecar of data file ``d`` is ``d + INDEX_SUFFIX`` (where readers look for it).
-INDEX_SUFFIX = ".idx"
 
 _U32_MAX = 2**32 - 1
 _I64_MAX = 2**63 - 1

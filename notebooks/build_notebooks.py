@@ -743,11 +743,8 @@ READ_COST: list[Cell] = [
 
         from arrowshuffle import ReadOptions, ShuffleFileWriter, open_dataset
         from arrowshuffle.readers.dataset_layout import dataset_layout
-        from arrowshuffle.writers.dataset_writer import (
-            commit_dataset,
-            new_file_name,
-            prepare_directory,
-        )
+        from arrowshuffle.writers.dataset_writer import commit_dataset, prepare_directory
+        from arrowshuffle.format.naming import new_file_name
         """
         + SETUP_OUTPUT
         + """

@@ -10,7 +10,6 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from arrowshuffle._storage import INDEX_SUFFIX, Location, read_bytes, resolve, storage_errors
 from arrowshuffle.format.errors import (
     CorruptFileError,
     FormatError,
@@ -19,13 +18,8 @@ from arrowshuffle.format.errors import (
     SchemaMismatchError,
 )
 from arrowshuffle.format.index import encode_partitioner, schema_to_bytes
-from arrowshuffle.format.manifest import (
-    MANIFEST_NAME,
-    MAX_MANIFEST_BYTES,
-    Manifest,
-    ManifestFile,
-    decode_manifest,
-)
+from arrowshuffle.format.manifest import MAX_MANIFEST_BYTES, Manifest, ManifestFile, decode_manifest
+from arrowshuffle.format.naming import INDEX_SUFFIX, MANIFEST_NAME
 from arrowshuffle.readers.file_reader import (
     IndexShape,
     ShuffleFile,
@@ -36,6 +30,7 @@ from arrowshuffle.readers.plan import Subpartitions
 from arrowshuffle.readers.read_path import Readable
 from arrowshuffle.readers.scheduler import ReadOptions
 from arrowshuffle.readers.source import ReadStats, RemoteSource
+from arrowshuffle.readers.storage import Location, read_bytes, resolve, storage_errors
 
 #: The columns of :meth:`ShuffleDataset.stats`.
 _STATS_SCHEMA = pa.schema(

@@ -10,7 +10,6 @@ from typing import Any, NoReturn
 import numpy as np
 import pyarrow as pa
 
-from arrowshuffle._storage import INDEX_SUFFIX, Location, resolve
 from arrowshuffle.format.errors import CorruptFileError, FormatError, InvalidOptionError
 from arrowshuffle.format.index import (
     ENTRY_DTYPE,
@@ -25,6 +24,7 @@ from arrowshuffle.format.index import (
     decode_index,
     decode_meta,
 )
+from arrowshuffle.format.naming import INDEX_SUFFIX
 from arrowshuffle.readers.data_file import check_data_file
 from arrowshuffle.readers.decode import decode_block
 from arrowshuffle.readers.integrity import Verify, resolve_verify
@@ -47,6 +47,7 @@ from arrowshuffle.readers.source import (
     RemoteSource,
     open_source,
 )
+from arrowshuffle.readers.storage import Location, resolve
 
 __all__ = [
     "INDEX_MERGE_GAP",

@@ -25,7 +25,7 @@ import numpy as np
 import pyarrow as pa
 
 from arrowshuffle.format.errors import InvalidOptionError
-from arrowshuffle.format.units import parse_bytes
+from arrowshuffle.format.notation import parse_bytes
 from arrowshuffle.readers.assign import select_reads
 from arrowshuffle.readers.balance import (
     DEFAULT_SKEW_FACTOR,

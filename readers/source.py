@@ -13,14 +13,14 @@ from typing import Protocol
 
 import pyarrow as pa
 
-from arrowshuffle._storage import (
+from arrowshuffle.format.errors import ArrowShuffleError, ShuffleIOError
+from arrowshuffle.readers.storage import (
     Location,
     classify_error,
     object_size,
     storage_error,
     storage_errors,
 )
-from arrowshuffle.format.errors import ArrowShuffleError, ShuffleIOError
 
 #: How many times a range that failed with a transient error, or whose bytes failed their
 #: checksum, is fetched again.
@@ -111,7 +111,7 @@ class RemoteSource:
 
     ``cat_ranges`` issues one ranged GET per range, concurrently on asynchronous file systems
     (s3fs, gcsfs, adlfs, http). A range that fails with a transient error (see
-    :func:`arrowshuffle._storage.classify_error`: a timeout, a reset, a truncated or
+    :func:`arrowshuffle.readers.storage.classify_error`: a timeout, a reset, a truncated or
     checksum-failed transfer, a 5xx answer, throttling) or comes back shorter than asked is
     fetched again, up to ``retries`` times with exponential backoff; not-found, permission and
     bad-request errors are raised at once, naming the URL. Every error is raised as a

@@ -18,7 +18,6 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from arrowshuffle._storage import INDEX_SUFFIX, resolve
 from arrowshuffle.format.crc import crc32c
 from arrowshuffle.format.errors import ArrowShuffleError, FormatError
 from arrowshuffle.format.index import (
@@ -27,9 +26,11 @@ from arrowshuffle.format.index import (
     decode_header,
     decode_index,
 )
+from arrowshuffle.format.naming import INDEX_SUFFIX
 from arrowshuffle.format.rules import Violation, check_index
 from arrowshuffle.readers.data_file import check_data_file
 from arrowshuffle.readers.source import ByteSource, MappedSource, open_source
+from arrowshuffle.readers.storage import resolve
 
 #: A remote index is fetched as this prefix first, so that a foreign or hostile object is
 #: refused from its header before the rest of it is downloaded.
@@ -256,7 +257,7 @@ def _waves(chunks: list[_Chunk]) -> Iterator[list[_Chunk]]:
 def _load_recompute() -> Recompute | None:
     """The partitioners' row-id recomputation, when that module provides it."""
     try:
-        from arrowshuffle.writers.partitioners import recompute_subpartitions
+        from arrowshuffle.format.partitioners import recompute_subpartitions
     except ImportError:
         return None
     return recompute_subpartitions

@@ -35,7 +35,6 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from arrowshuffle._storage import Location, read_bytes, resolve, storage_errors
 from arrowshuffle.format.errors import FormatError, MissingObjectError
 from arrowshuffle.format.index import (
     HEADER_SIZE,
@@ -44,9 +43,11 @@ from arrowshuffle.format.index import (
     decode_index,
     index_checksum,
 )
-from arrowshuffle.format.manifest import MANIFEST_NAME, Manifest, ManifestFile, decode_manifest
+from arrowshuffle.format.manifest import Manifest, ManifestFile, decode_manifest
+from arrowshuffle.format.naming import MANIFEST_NAME, is_part_name
 from arrowshuffle.format.rules import Violation
 from arrowshuffle.readers.source import ByteSource, MappedSource, open_source
+from arrowshuffle.readers.storage import Location, read_bytes, resolve, storage_errors
 from arrowshuffle.readers.validate import INDEX_PREFIX_BYTES, validate_decoded
 
 #: Rules of the manifest, as documented above.
@@ -300,8 +301,7 @@ def _unlisted(manifest: Manifest, sizes: dict[str, int] | None) -> list[str]:
     if sizes is None:
         return []
     listed = {name for f in manifest.files for name in (f.data, f.index)}
-    ours = (n for n in sizes if n.startswith("part-") and (n.endswith((".arrow", ".arrow.idx"))))
-    return sorted(n for n in ours if n not in listed)[:100]
+    return sorted(n for n in sizes if is_part_name(n) and n not in listed)[:100]
 
 
 def _size(directory: Location, name: str, sizes: dict[str, int] | None) -> int | None:

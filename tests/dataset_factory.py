@@ -17,7 +17,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from arrowshuffle.format.manifest import Manifest
-from arrowshuffle.writers.dataset_writer import commit_dataset, new_file_name, prepare_directory
+from arrowshuffle.format.naming import new_file_name
+from arrowshuffle.writers.dataset_writer import commit_dataset, prepare_directory
 from arrowshuffle.writers.file_writer import ShuffleFileWriter
 
 SCHEMA = pa.schema(

@@ -26,8 +26,9 @@ from hypothesis import strategies as st
 
 import arrowshuffle
 from arrowshuffle.cli import main
-from arrowshuffle.format.manifest import MANIFEST_NAME, decode_manifest
-from arrowshuffle.writers.dataset_writer import commit_dataset, new_file_name, prepare_directory
+from arrowshuffle.format.manifest import decode_manifest
+from arrowshuffle.format.naming import MANIFEST_NAME, new_file_name
+from arrowshuffle.writers.dataset_writer import commit_dataset, prepare_directory
 from arrowshuffle.writers.file_writer import ShuffleFileWriter
 
 TESTS = os.path.dirname(os.path.abspath(__file__))

@@ -28,7 +28,7 @@ from arrowshuffle.format.errors import (
     InvalidOptionError,
     MissingObjectError,
 )
-from arrowshuffle.format.manifest import MANIFEST_NAME
+from arrowshuffle.format.naming import MANIFEST_NAME
 from arrowshuffle.readers.assign import assign
 from arrowshuffle.readers.dataset import ShuffleDataset, open_dataset, open_shuffle
 from arrowshuffle.readers.file_reader import ShuffleFile, open_file

@@ -16,20 +16,18 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from arrowshuffle._storage import Location, resolve
 from arrowshuffle.format.errors import (
     InvalidOptionError,
     SchemaMismatchError,
     ShuffleIOError,
 )
-from arrowshuffle.format.manifest import MANIFEST_NAME
+from arrowshuffle.format.naming import MANIFEST_NAME, new_file_name, new_job_id
 from arrowshuffle.readers.dataset import open_dataset
+from arrowshuffle.readers.storage import Location, resolve
 from arrowshuffle.writers import dataset_writer
 from arrowshuffle.writers.dataset_writer import (
     abort_dataset,
     commit_dataset,
-    new_file_name,
-    new_job_id,
     normalize_mode,
     prepare_directory,
     read_manifest,

@@ -20,7 +20,6 @@ import pytest
 from dataset_factory import canonical, expected_rows, read_whole_file, write_dataset
 from fault_proxy import FaultProxy
 
-from arrowshuffle._storage import classify_error, storage_errors
 from arrowshuffle.format.errors import (
     ArrowShuffleError,
     ChecksumMismatchError,
@@ -31,6 +30,7 @@ from arrowshuffle.format.errors import (
 from arrowshuffle.readers.dataset import open_dataset
 from arrowshuffle.readers.file_reader import open_file
 from arrowshuffle.readers.scheduler import ReadOptions
+from arrowshuffle.readers.storage import classify_error, storage_errors
 
 pytestmark = pytest.mark.s3
 
@@ -356,8 +356,8 @@ def test_the_core_imports_without_the_optional_libraries():
         "import sys\n"
         "for name in ('botocore', 'aiohttp', 's3fs', 'aiobotocore'):\n"
         "    sys.modules[name] = None\n"
-        "import arrowshuffle, arrowshuffle.readers.dataset, arrowshuffle._storage\n"
-        "assert arrowshuffle._storage.classify_error(TimeoutError()) == 'transient'\n"
+        "import arrowshuffle, arrowshuffle.readers.dataset, arrowshuffle.readers.storage\n"
+        "assert arrowshuffle.readers.storage.classify_error(TimeoutError()) == 'transient'\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True, timeout=120)
 

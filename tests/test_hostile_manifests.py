@@ -27,7 +27,8 @@ from dataset_factory import WrittenDataset, write_dataset
 
 import arrowshuffle.cli
 from arrowshuffle.format.errors import CorruptFileError, FormatError, MissingObjectError
-from arrowshuffle.format.manifest import MANIFEST_NAME, decode_manifest, encode_manifest
+from arrowshuffle.format.manifest import decode_manifest, encode_manifest
+from arrowshuffle.format.naming import MANIFEST_NAME
 from arrowshuffle.readers.dataset import open_dataset
 from arrowshuffle.readers.file_reader import FIRST_FETCH_LIMIT
 from arrowshuffle.readers.validate_dataset import MANIFEST_RULES, validate_dataset

@@ -21,9 +21,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import arrowshuffle.writers.partitioners.spark_hash as kernel
-from arrowshuffle.writers import _jit, _threads
-from arrowshuffle.writers.partitioners.spark_hash import spark_hash, spark_partition_ids
+import arrowshuffle.format.partitioners.spark_hash as kernel
+from arrowshuffle.format import parallel as _threads
+from arrowshuffle.format.partitioners import _jit
+from arrowshuffle.format.partitioners.spark_hash import spark_hash, spark_partition_ids
 from arrowshuffle.writers.sort_buffer import SortBuffer
 
 MASK = 0xFFFFFFFF

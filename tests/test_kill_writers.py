@@ -24,7 +24,8 @@ import pytest
 
 import arrowshuffle as ash
 from arrowshuffle.format.errors import MissingObjectError
-from arrowshuffle.format.manifest import MANIFEST_NAME, decode_manifest
+from arrowshuffle.format.manifest import decode_manifest
+from arrowshuffle.format.naming import MANIFEST_NAME
 
 KILLS = 6
 #: Seconds a kill may wait before the first write completes (a write takes about this long).

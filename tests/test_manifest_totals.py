@@ -11,12 +11,8 @@ import pytest
 
 import arrowshuffle as ash
 from arrowshuffle.format.errors import CorruptFileError
-from arrowshuffle.format.manifest import (
-    MANIFEST_NAME,
-    SubpartitionTotals,
-    decode_manifest,
-    encode_manifest,
-)
+from arrowshuffle.format.manifest import SubpartitionTotals, decode_manifest, encode_manifest
+from arrowshuffle.format.naming import MANIFEST_NAME
 from arrowshuffle.writers.dataset_writer import prepare_directory, write_manifest
 
 N = 6

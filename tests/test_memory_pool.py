@@ -15,13 +15,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import arrowshuffle as ash
+from arrowshuffle.format.partitioners import make_partitioner
 from arrowshuffle.writers.memory_pool import (
     MEMORY_POOL_ENV,
     MemoryPool,
     default_memory_pool,
     set_default_memory_pool,
 )
-from arrowshuffle.writers.partitioners import make_partitioner
 
 MiB = 1024 * 1024
 

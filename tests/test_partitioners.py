@@ -22,7 +22,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import arrowshuffle as ash
-from arrowshuffle.writers.partitioners import (
+from arrowshuffle.format.partitioners import (
     PARTITIONER_NAMES,
     BroadcastPartitioner,
     RangePartitioner,
@@ -34,7 +34,7 @@ from arrowshuffle.writers.partitioners import (
     recompute_subpartitions,
     rescale_targets,
 )
-from arrowshuffle.writers.partitioners.spark_hash import spark_hash
+from arrowshuffle.format.partitioners.spark_hash import spark_hash
 
 # --------------------------------------------------------------------------- helpers
 

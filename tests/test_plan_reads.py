@@ -21,8 +21,8 @@ from hypothesis import HealthCheck, currently_in_test_context, event, given, set
 from hypothesis import strategies as st
 
 from arrowshuffle import PlannedRead, ShuffleDataset, open_dataset
-from arrowshuffle._storage import resolve
 from arrowshuffle.readers.plan import Subpartitions, subpartition_runs
+from arrowshuffle.readers.storage import resolve
 from arrowshuffle.writers.dataset_writer import write_manifest
 
 

@@ -46,7 +46,7 @@ from pyspark.sql.types import (
 
 import arrowshuffle.spark as ash_spark
 from arrowshuffle.format.errors import InvalidOptionError
-from arrowshuffle.format.manifest import MANIFEST_NAME
+from arrowshuffle.format.naming import MANIFEST_NAME
 from arrowshuffle.readers.dataset import open_dataset
 from arrowshuffle.spark.datasource import ArrowShuffleDataSource, plan_partitions
 from arrowshuffle.spark.options import parse_subpartitions, parse_write_options
@@ -605,7 +605,8 @@ def test_the_pipeline_without_java_stops_with_exit_code_2(tmp_path):
 
 def test_in_process_reader_converts_types_spark_lacks(tmp_path):
     """A dataset written outside Spark (unsigned, large, nanosecond types) reads as Spark's."""
-    from arrowshuffle.writers.dataset_writer import commit_dataset, new_file_name, prepare_directory
+    from arrowshuffle.format.naming import new_file_name
+    from arrowshuffle.writers.dataset_writer import commit_dataset, prepare_directory
     from arrowshuffle.writers.file_writer import ShuffleFileWriter
 
     schema = pa.schema(

@@ -19,7 +19,7 @@ import pyarrow as pa
 import pytest
 
 import arrowshuffle.spark as ash_spark
-from arrowshuffle.format.manifest import MANIFEST_NAME
+from arrowshuffle.format.naming import MANIFEST_NAME
 from arrowshuffle.readers.dataset import open_dataset
 
 pytestmark = pytest.mark.spark

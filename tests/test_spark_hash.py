@@ -16,7 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from arrowshuffle.format.errors import InvalidOptionError
-from arrowshuffle.writers.partitioners.spark_hash import (
+from arrowshuffle.format.partitioners.spark_hash import (
     flink_murmur_hash,
     spark_hash,
     spark_partition_ids,
@@ -614,7 +614,7 @@ def test_sliced_fixed_width_arrays_hash_like_fresh_ones(
 
 def test_hashing_in_small_passes_gives_the_same_hashes(monkeypatch: pytest.MonkeyPatch) -> None:
     """Rows per pass and the long-value cut change the speed, never a hash."""
-    import arrowshuffle.writers.partitioners.spark_hash as module
+    import arrowshuffle.format.partitioners.spark_hash as module
 
     rng = np.random.default_rng(13)
     rows = 3000

@@ -20,15 +20,16 @@ import pyarrow as pa
 import pytest
 
 import arrowshuffle as ash
-from arrowshuffle._storage import resolve
 from arrowshuffle.format.errors import (
     FormatError,
     InvalidOptionError,
     MissingObjectError,
 )
-from arrowshuffle.format.manifest import MANIFEST_NAME, decode_manifest
-from arrowshuffle.format.units import parse_duration
-from arrowshuffle.writers.dataset_writer import commit_dataset, new_file_name
+from arrowshuffle.format.manifest import decode_manifest
+from arrowshuffle.format.naming import MANIFEST_NAME, new_file_name
+from arrowshuffle.format.notation import parse_duration
+from arrowshuffle.readers.storage import resolve
+from arrowshuffle.writers.dataset_writer import commit_dataset
 from arrowshuffle.writers.file_writer import ShuffleFileWriter
 from arrowshuffle.writers.vacuum import is_leftover
 
@@ -39,9 +40,11 @@ KILLED_WRITER = r"""
 import sys, time
 import numpy as np, pyarrow as pa
 from arrowshuffle import write
-from arrowshuffle._storage import INDEX_SUFFIX, AtomicOutput, resolve
-from arrowshuffle.format.manifest import MANIFEST_NAME
-from arrowshuffle.writers.dataset_writer import new_file_name
+from arrowshuffle.format.naming import INDEX_SUFFIX
+from arrowshuffle.writers.output import AtomicOutput
+from arrowshuffle.readers.storage import resolve
+from arrowshuffle.format.naming import MANIFEST_NAME
+from arrowshuffle.format.naming import new_file_name
 from arrowshuffle.writers.file_writer import ShuffleFileWriter
 
 directory = resolve(sys.argv[1])

@@ -529,7 +529,7 @@ def test_v18_unindexed_batches(pair: Path) -> None:
 
 
 def column_partitioner() -> object:
-    partitioners = pytest.importorskip("arrowshuffle.writers.partitioners")
+    partitioners = pytest.importorskip("arrowshuffle.format.partitioners")
     if not hasattr(partitioners, "make_partitioner"):
         pytest.skip("the partitioners are not available yet")
     return partitioners.make_partitioner("column", num_subpartitions=N, by="p")

@@ -17,9 +17,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import arrowshuffle as ash
+from arrowshuffle.format.partitioners import PARTITIONER_NAMES, make_partitioner
 from arrowshuffle.writers.api import write
 from arrowshuffle.writers.memory_pool import MemoryPool
-from arrowshuffle.writers.partitioners import PARTITIONER_NAMES, make_partitioner
 
 
 def sample_table(rows: int = 1000) -> pa.Table:

@@ -10,7 +10,7 @@ import pyarrow as pa
 import pytest
 
 import arrowshuffle as ash
-from arrowshuffle.writers.partitioners.spark_hash import spark_partition_ids
+from arrowshuffle.format.partitioners.spark_hash import spark_partition_ids
 
 
 def _frame(start: int, n: int) -> pl.DataFrame:

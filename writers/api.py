@@ -13,19 +13,15 @@ from typing import Any
 
 import pyarrow as pa
 
-from arrowshuffle._storage import INDEX_SUFFIX, remove_quietly
 from arrowshuffle.format.errors import InvalidOptionError
 from arrowshuffle.format.manifest import Manifest
+from arrowshuffle.format.naming import INDEX_SUFFIX, new_file_name
+from arrowshuffle.format.partitioners import PARTITIONER_NAMES, Partitioner, make_partitioner
 from arrowshuffle.readers.file_reader import ShuffleFile
-from arrowshuffle.writers.dataset_writer import commit_dataset, new_file_name, prepare_directory
-from arrowshuffle.writers.file_writer import (
-    DEFAULT_MAX_BATCH_ROWS,
-    Partitioner,
-    ShuffleFileWriter,
-    WrittenFile,
-)
+from arrowshuffle.writers.dataset_writer import commit_dataset, prepare_directory
+from arrowshuffle.writers.file_writer import DEFAULT_MAX_BATCH_ROWS, ShuffleFileWriter, WrittenFile
 from arrowshuffle.writers.memory_pool import MemoryPool
-from arrowshuffle.writers.partitioners import PARTITIONER_NAMES, make_partitioner
+from arrowshuffle.writers.output import remove_quietly
 
 #: The partitioner used when neither ``partitioner`` nor ``by`` is given (Spark's
 #: ``repartition(n)`` and Flink's rebalance).

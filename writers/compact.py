@@ -36,20 +36,20 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from arrowshuffle._storage import Location, remove_quietly, resolve
 from arrowshuffle.format.errors import CorruptFileError, InvalidOptionError, MissingObjectError
 from arrowshuffle.format.manifest import Manifest, ManifestFile, encode_manifest
-from arrowshuffle.format.units import parse_bytes
+from arrowshuffle.format.naming import new_file_name, new_job_id
+from arrowshuffle.format.notation import parse_bytes
+from arrowshuffle.readers.storage import Location, resolve
 from arrowshuffle.writers.dataset_writer import (
     _manifest_file,
     abort_dataset,
-    new_file_name,
-    new_job_id,
     read_manifest,
     write_manifest,
 )
 from arrowshuffle.writers.file_writer import WrittenFile
 from arrowshuffle.writers.merge import DEFAULT_MEMORY, CompactionGroup, Progress, merge_group
+from arrowshuffle.writers.output import remove_quietly
 
 DEFAULT_TARGET_FILE_SIZE = "1GiB"
 

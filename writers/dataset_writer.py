@@ -23,61 +23,34 @@ from __future__ import annotations
 import contextlib
 import os
 import posixpath
-import uuid
 from collections.abc import Iterable
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
 
-from arrowshuffle._storage import (
-    INDEX_SUFFIX,
-    AtomicOutput,
-    Location,
-    read_bytes,
-    remove_quietly,
-    resolve,
-    storage_errors,
-)
 from arrowshuffle.format.errors import InvalidOptionError, SchemaMismatchError
 from arrowshuffle.format.manifest import (
-    MANIFEST_NAME,
     Manifest,
     ManifestFile,
     SubpartitionTotals,
     decode_manifest,
     encode_manifest,
 )
+from arrowshuffle.format.naming import (
+    INDEX_SUFFIX,
+    MANIFEST_NAME,
+    check_job_id,
+    is_part_name,
+    temp_target,
+)
+from arrowshuffle.readers.storage import Location, read_bytes, resolve, storage_errors
 from arrowshuffle.writers.file_writer import WrittenFile
+from arrowshuffle.writers.output import AtomicOutput, remove_quietly
 
 SAVE_MODES = ("overwrite", "append", "error", "ignore")
 #: Other spellings of the save modes, as Spark users write them.
 MODE_ALIASES = {"errorifexists": "error", "default": "error"}
-DATA_SUFFIX = ".arrow"
-
-
-def new_job_id() -> str:
-    """A random id that names every file of one write job (12 hex digits)."""
-    return uuid.uuid4().hex[:12]
-
-
-def new_file_name(task: int, attempt: str | None = None, *, job_id: str | None = None) -> str:
-    """A data file name unique to one task attempt.
-
-    ``part-00003-<job_id>-<attempt>.arrow``; without ``job_id``, ``part-00003-<attempt>.arrow``.
-    ``attempt`` defaults to a random suffix, so two attempts of one task never collide.
-    """
-    suffix = attempt or uuid.uuid4().hex
-    if job_id is not None:
-        _check_job_id(job_id)
-        suffix = f"{job_id}-{suffix}"
-    return f"part-{task:05d}-{suffix}{DATA_SUFFIX}"
-
-
-def _check_job_id(job_id: str) -> str:
-    if not job_id or not all(c.isalnum() for c in job_id):
-        raise InvalidOptionError(f"a job id must be letters and digits only, found {job_id!r}")
-    return job_id
 
 
 def normalize_mode(mode: str) -> str:
@@ -157,7 +130,7 @@ def commit_dataset(
     """
     mode = normalize_mode(mode)
     if job_id is not None:
-        _check_job_id(job_id)
+        check_job_id(job_id)
     written = list(written)
     try:
         new_files = [_manifest_file(directory, w) for w in written]
@@ -237,7 +210,7 @@ def abort_dataset(
             if name not in listed and directory.child(name).url.rstrip("/") == url.rstrip("/"):
                 remove_quietly(directory.child(name))
     if job_id:
-        remove_unlisted(directory, current, job_id=_check_job_id(job_id))
+        remove_unlisted(directory, current, job_id=check_job_id(job_id))
 
 
 def _check_unique(files: tuple[ManifestFile, ...], url: str) -> None:
@@ -329,13 +302,11 @@ def remove_unlisted(
         for name in names:
             if name in listed or name == MANIFEST_NAME or marker not in name:
                 continue
-            stale_temp = name.endswith(".tmp") and (
-                name.startswith(".part-") or (not job_id and name.startswith(f".{MANIFEST_NAME}."))
+            target = temp_target(name)
+            stale_temp = target is not None and (
+                is_part_name(target) or (not job_id and target == MANIFEST_NAME)
             )
-            ours = name.startswith("part-") and (
-                name.endswith(DATA_SUFFIX) or name.endswith(DATA_SUFFIX + INDEX_SUFFIX)
-            )
-            if ours or stale_temp:
+            if is_part_name(name) or stale_temp:
                 remove_quietly(directory.child(name))
 
 

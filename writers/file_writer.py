@@ -16,12 +16,11 @@ import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
 from types import TracebackType
-from typing import Any, Protocol
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
 
-from arrowshuffle._storage import INDEX_SUFFIX, AtomicOutput, Location, remove_quietly, resolve
 from arrowshuffle.format.errors import InvalidOptionError, SchemaMismatchError
 from arrowshuffle.format.index import (
     COMPRESSION_BITS,
@@ -32,32 +31,22 @@ from arrowshuffle.format.index import (
     encode_index,
     index_checksum,
 )
-from arrowshuffle.format.units import parse_bytes
+from arrowshuffle.format.naming import INDEX_SUFFIX
+from arrowshuffle.format.notation import parse_bytes
+from arrowshuffle.format.partitioners.base import Partitioner
+from arrowshuffle.readers.storage import Location, resolve
 from arrowshuffle.writers.memory_pool import (
     DEFAULT_MIN_MEMORY,
     LocalMemoryPool,
     MemoryPool,
     default_memory_pool,
 )
+from arrowshuffle.writers.output import AtomicOutput, remove_quietly
 from arrowshuffle.writers.sink import ChecksummingSink
 from arrowshuffle.writers.sort_buffer import SortBuffer, rebatch
 
 DEFAULT_MAX_BATCH_ROWS = 64 * 1024
 MIN_INPUT_SLICE_ROWS = 16 * 1024
-
-
-class Partitioner(Protocol):
-    """What a writer needs of a partitioner: row ids, a spec to store, a broadcast flag."""
-
-    @property
-    def broadcast(self) -> bool:
-        """True when every row goes to every subpartition (stored once)."""
-
-    def spec(self) -> dict[str, Any]:
-        """The JSON-serializable description stored in the index and the manifest."""
-
-    def assign(self, batch: pa.RecordBatch) -> np.ndarray:
-        """The subpartition of every row of ``batch``."""
 
 
 @dataclass(frozen=True)

@@ -24,7 +24,7 @@ import threading
 from types import TracebackType
 
 from arrowshuffle.format.errors import InvalidOptionError
-from arrowshuffle.format.units import parse_bytes
+from arrowshuffle.format.notation import parse_bytes
 
 #: The environment variable that sizes the process-wide default pool.
 MEMORY_POOL_ENV = "ARROWSHUFFLE_MEMORY_POOL"

@@ -19,7 +19,6 @@ from typing import IO, Any
 import numpy as np
 import pyarrow as pa
 
-from arrowshuffle._storage import INDEX_SUFFIX, AtomicOutput, Location, remove_quietly
 from arrowshuffle.format.crc import crc32c
 from arrowshuffle.format.errors import (
     ChecksumMismatchError,
@@ -43,10 +42,13 @@ from arrowshuffle.format.ipc_file import (
     walk_messages,
 )
 from arrowshuffle.format.manifest import ManifestFile
-from arrowshuffle.format.units import parse_bytes
+from arrowshuffle.format.naming import INDEX_SUFFIX
+from arrowshuffle.format.notation import parse_bytes
 from arrowshuffle.readers.file_reader import ShuffleFile
 from arrowshuffle.readers.source import ByteSource
+from arrowshuffle.readers.storage import Location
 from arrowshuffle.writers.file_writer import WrittenFile
+from arrowshuffle.writers.output import AtomicOutput, remove_quietly
 
 #: Bytes of input regions a merge holds at once, by default.
 DEFAULT_MEMORY = "256MiB"

@@ -17,7 +17,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from arrowshuffle.writers._threads import parallel_map, row_ranges
+from arrowshuffle.format.parallel import parallel_map, row_ranges
 
 #: The fewest rows a thread sorts: below that the hand-off costs more than it saves.
 MIN_ROWS_PER_THREAD = 8 * 1024

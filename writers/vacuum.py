@@ -8,7 +8,7 @@ dataset as readers see it.
 
 What counts as a leftover (the names the writers of this package use, and nothing else):
 
-* temporaries ``.<name>.<32 hex>.tmp`` (how a local :class:`~arrowshuffle._storage.AtomicOutput`
+* temporaries ``.<name>.<32 hex>.tmp`` (how :class:`~arrowshuffle.writers.output.AtomicOutput`
   names a file before its rename) whose ``<name>`` is a data file ``part-*.arrow``, its index
   ``part-*.arrow.idx`` or the manifest ``_arrowshuffle_manifest.json``;
 * data files ``part-*.arrow`` and indexes ``part-*.arrow.idx`` that the manifest does not list.
@@ -25,23 +25,20 @@ import datetime
 import errno
 import os
 import posixpath
-import re
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from arrowshuffle._storage import INDEX_SUFFIX, Location, resolve, storage_errors
 from arrowshuffle.format.errors import FormatError, MissingObjectError
-from arrowshuffle.format.manifest import MANIFEST_NAME, Manifest
-from arrowshuffle.format.units import parse_duration
-from arrowshuffle.writers.dataset_writer import DATA_SUFFIX, read_manifest
+from arrowshuffle.format.manifest import Manifest
+from arrowshuffle.format.naming import MANIFEST_NAME, is_part_name, temp_target
+from arrowshuffle.format.notation import parse_duration
+from arrowshuffle.readers.storage import Location, resolve, storage_errors
+from arrowshuffle.writers.dataset_writer import read_manifest
 
 #: The grace period of :func:`vacuum`: objects modified more recently are left alone.
 DEFAULT_OLDER_THAN = "1h"
-
-_FILE_PREFIX = "part-"
-_TEMP = re.compile(r"^\.(?P<target>.+)\.[0-9a-f]{32}\.tmp$")
 
 
 @dataclass(frozen=True)
@@ -185,17 +182,10 @@ def is_leftover(name: str) -> bool:
     Whether a data or index file is a leftover also depends on the manifest, which this
     function does not read.
     """
-    temp = _TEMP.match(name)
-    if temp is not None:
-        target = temp.group("target")
-        return target == MANIFEST_NAME or _is_shuffle_file(target)
-    return _is_shuffle_file(name)
-
-
-def _is_shuffle_file(name: str) -> bool:
-    return name.startswith(_FILE_PREFIX) and name.endswith(
-        (DATA_SUFFIX, DATA_SUFFIX + INDEX_SUFFIX)
-    )
+    target = temp_target(name)
+    if target is not None:
+        return target == MANIFEST_NAME or is_part_name(target)
+    return is_part_name(name)
 
 
 def modification_time(entry: Mapping[str, Any]) -> float | None:

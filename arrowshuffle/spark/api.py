@@ -103,7 +103,7 @@ def write(
     name = (partitioner or ("hash" if by else "")).lower() or None
     target = os.fspath(path)
     if mode in ("error", "ignore"):
-        from arrowshuffle._storage import resolve
+        from arrowshuffle.readers.storage import resolve
 
         if read_manifest(resolve(target, storage_options)) is not None:
             if mode == "ignore":

@@ -16,14 +16,15 @@ from typing import Any
 
 import pyarrow as pa
 
-from arrowshuffle._storage import resolve
 from arrowshuffle.format.manifest import ManifestFile
+from arrowshuffle.format.naming import new_file_name, new_job_id
+from arrowshuffle.readers.storage import resolve
 from arrowshuffle.writers.compact import (
     DEFAULT_TARGET_FILE_SIZE,
     CompactionReport,
     start_compaction,
 )
-from arrowshuffle.writers.dataset_writer import abort_dataset, new_file_name, new_job_id
+from arrowshuffle.writers.dataset_writer import abort_dataset
 from arrowshuffle.writers.file_writer import WrittenFile
 from arrowshuffle.writers.merge import DEFAULT_MEMORY, merge_group
 

@@ -39,16 +39,18 @@ from pyspark.sql.datasource import (
     WriterCommitMessage,
 )
 
-from arrowshuffle._storage import Location, resolve
 from arrowshuffle.format.errors import (
     CorruptFileError,
     InvalidOptionError,
     MissingObjectError,
     SchemaMismatchError,
 )
+from arrowshuffle.format.naming import new_file_name, new_job_id
+from arrowshuffle.format.partitioners.base import Partitioner
 from arrowshuffle.readers.assign import key_group_range
 from arrowshuffle.readers.balance import PlannedRead
 from arrowshuffle.readers.dataset import ShuffleDataset, open_dataset
+from arrowshuffle.readers.storage import Location, resolve
 from arrowshuffle.spark.options import (
     FORMAT_NAME,
     ReadOptions,
@@ -62,11 +64,9 @@ from arrowshuffle.writers.dataset_writer import (
     abort_dataset,
     check_append,
     commit_dataset,
-    new_file_name,
-    new_job_id,
     read_manifest,
 )
-from arrowshuffle.writers.file_writer import Partitioner, ShuffleFileWriter, WrittenFile
+from arrowshuffle.writers.file_writer import ShuffleFileWriter, WrittenFile
 
 # --------------------------------------------------------------------------------- writing
 
@@ -96,7 +96,7 @@ def build_partitioner(
     """
     if options.partitioner is None:
         return None
-    from arrowshuffle.writers.partitioners import make_partitioner
+    from arrowshuffle.format.partitioners import make_partitioner
 
     kwargs = dict(options.partitioner_options)
     if options.partition_by:

@@ -45,7 +45,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from arrowshuffle.format.errors import InvalidOptionError
-from arrowshuffle.format.units import parse_bytes
+from arrowshuffle.format.notation import parse_bytes
 from arrowshuffle.readers.balance import (
     DEFAULT_SKEW_FACTOR,
     DEFAULT_SKEW_MIN_BYTES,

@@ -92,7 +92,7 @@ def prune(
                 for i, c in enumerate(columns)
             }
         )
-        from arrowshuffle.writers.partitioners import partitioner_from_spec
+        from arrowshuffle.format.partitioners import partitioner_from_spec
 
         ids = partitioner_from_spec(spec, num_subpartitions).assign(keys)
     except (pa.ArrowException, ValueError, TypeError, OverflowError):

@@ -1049,7 +1049,7 @@ DATASET_VECTORS = (
 
 def generate_datasets(out: Path) -> dict[str, Any]:
     """Write the dataset vectors into ``out/datasets`` (after the good pairs are written)."""
-    from arrowshuffle.format.manifest import MANIFEST_NAME
+    from arrowshuffle.format.naming import MANIFEST_NAME
 
     good_doc = _good_manifest(out)
     good = (json.dumps(good_doc, indent=1, sort_keys=True) + "\n").encode()

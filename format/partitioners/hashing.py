@@ -7,7 +7,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from arrowshuffle.format.errors import InvalidOptionError
-from arrowshuffle.writers.partitioners.base import (
+from arrowshuffle.format.partitioners.base import (
     Batch,
     check_int,
     check_num_subpartitions,
@@ -16,7 +16,7 @@ from arrowshuffle.writers.partitioners.base import (
     spec_field,
     spec_names,
 )
-from arrowshuffle.writers.partitioners.spark_hash import (
+from arrowshuffle.format.partitioners.spark_hash import (
     flink_murmur_hash,
     spark_hash,
     spark_partition_ids,
@@ -102,7 +102,7 @@ class KeyGroupPartitioner:
     * null: leaves the running hash unchanged; several columns are chained (each column's
       hash is the seed of the next).
 
-    Types Spark does not have follow :func:`~arrowshuffle.writers.partitioners.spark_hash.
+    Types Spark does not have follow :func:`~arrowshuffle.format.partitioners.spark_hash.
     spark_hash`, which documents them.
 
     Args:

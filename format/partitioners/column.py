@@ -8,7 +8,7 @@ import numpy as np
 import pyarrow as pa
 
 from arrowshuffle.format.errors import InvalidOptionError
-from arrowshuffle.writers.partitioners.base import (
+from arrowshuffle.format.partitioners.base import (
     Batch,
     check_num_subpartitions,
     column,

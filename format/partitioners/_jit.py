@@ -4,7 +4,7 @@ Spark's Murmur3 in numpy spends a pass over memory per arithmetic step and ~30 s
 and its calls are too short for threads to overlap them; a compiled loop keeps each row in
 registers and runs without the GIL from start to end, so the kernel threads really run at
 once. Results are the same bit for bit as the numpy kernels of
-:mod:`~arrowshuffle.writers.partitioners.spark_hash`, which are used when numba is missing or
+:mod:`~arrowshuffle.format.partitioners.spark_hash`, which are used when numba is missing or
 ``ARROWSHUFFLE_JIT=0``. The hash kernels read the running hash of row ``i`` from ``seeds[i]``
 (an array apart from ``out``) and write it to ``out[i]``.
 """

@@ -7,12 +7,11 @@ from typing import Any, Protocol
 import numpy as np
 
 from arrowshuffle.format.errors import InvalidOptionError
-from arrowshuffle.writers.file_writer import Partitioner
-from arrowshuffle.writers.partitioners.base import Batch, check_num_subpartitions
-from arrowshuffle.writers.partitioners.column import ColumnPartitioner
-from arrowshuffle.writers.partitioners.hashing import HashPartitioner, KeyGroupPartitioner
-from arrowshuffle.writers.partitioners.range_partitioner import RangePartitioner
-from arrowshuffle.writers.partitioners.selectors import (
+from arrowshuffle.format.partitioners.base import Batch, Partitioner, check_num_subpartitions
+from arrowshuffle.format.partitioners.column import ColumnPartitioner
+from arrowshuffle.format.partitioners.hashing import HashPartitioner, KeyGroupPartitioner
+from arrowshuffle.format.partitioners.range_partitioner import RangePartitioner
+from arrowshuffle.format.partitioners.selectors import (
     BroadcastPartitioner,
     ForwardPartitioner,
     GlobalPartitioner,

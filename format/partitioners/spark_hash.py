@@ -33,14 +33,14 @@ Every other type (lists, structs, maps, time of day, intervals, ``float16``, dec
 precision 38) raises :class:`~arrowshuffle.format.errors.InvalidOptionError`.
 
 When numba is installed (``pip install arrowshuffle[fast]``), the per-type kernels are compiled
-loops (:mod:`arrowshuffle.writers._jit`), several times faster; otherwise they are numpy
+loops (:mod:`arrowshuffle.format.partitioners._jit`), several times faster; otherwise they are numpy
 passes, with the same results bit for bit. ``ARROWSHUFFLE_JIT=0`` picks the numpy kernels.
 
 The numpy kernels work in place on ``uint32`` arrays, whose products and sums wrap modulo
 2**32 exactly as Java's ``int`` does; no pass widens to 64 bits, and scratch arrays are reused
 from step to step. Rows are hashed in steps of a few thousand, all key columns of a step one
 after the other, so that a step's arrays stay in the CPU cache. A large batch is cut into one
-row range per thread (see :mod:`arrowshuffle.writers._threads`): compiled kernels, numpy's
+row range per thread (see :mod:`arrowshuffle.format.parallel`): compiled kernels, numpy's
 ufuncs and Arrow's sort release the GIL.
 
 The numpy kernel hashes bytes one block position at a time across the rows of a step, the rows
@@ -70,8 +70,8 @@ import pyarrow.types as pat
 from numpy.typing import DTypeLike
 
 from arrowshuffle.format.errors import InvalidOptionError
-from arrowshuffle.writers import _jit
-from arrowshuffle.writers._threads import parallel_map, row_ranges
+from arrowshuffle.format.parallel import parallel_map, row_ranges
+from arrowshuffle.format.partitioners import _jit
 
 __all__ = ["flink_murmur_hash", "spark_hash", "spark_partition_ids"]
 
@@ -855,7 +855,7 @@ def _check_columns(columns: Sequence[pa.Array | pa.ChunkedArray], seed: int) -> 
 def spark_hash(columns: Sequence[pa.Array | pa.ChunkedArray], seed: int = 42) -> np.ndarray:
     """Spark's ``Murmur3Hash(columns)`` per row as int32 (same as SQL ``hash(c1, c2, ...)``).
 
-    Large inputs are hashed on every core (see :mod:`arrowshuffle.writers._threads`).
+    Large inputs are hashed on every core (see :mod:`arrowshuffle.format.parallel`).
 
     Args:
         columns: the key columns, all of the same length. Arrays and chunked arrays may be

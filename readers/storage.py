@@ -9,10 +9,9 @@ import contextlib
 import errno
 import os
 import posixpath
-import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import IO, Any, Literal
+from typing import Any, Literal
 
 import fsspec
 from fsspec.implementations.local import LocalFileSystem
@@ -23,9 +22,6 @@ from arrowshuffle.format.errors import (
     MissingObjectError,
     ShuffleIOError,
 )
-
-#: The suffix of the index sidecar: ``part-0.arrow`` has its index in ``part-0.arrow.idx``.
-INDEX_SUFFIX = ".idx"
 
 
 @dataclass(frozen=True)
@@ -280,71 +276,3 @@ def read_bytes(location: Location, start: int | None = None, end: int | None = N
     with storage_errors(location.url, "reading"):
         data = location.fs.cat_file(location.path, start=start, end=end)
     return bytes(data)
-
-
-class AtomicOutput:
-    """A file that becomes visible under its name only on :meth:`commit`.
-
-    Locally it is written under a hidden temporary name in the same directory and renamed. On
-    object stores an object appears only when its upload completes, so it is written in place
-    and :meth:`discard` aborts the upload (or deletes what was uploaded).
-    """
-
-    def __init__(self, location: Location, *, block_size: int = 8 * 1024 * 1024) -> None:
-        self.location = location
-        self._temp_path: str | None = None
-        with storage_errors(location.url, "creating"):
-            if location.is_local:
-                directory, name = os.path.split(location.path)
-                os.makedirs(directory or ".", exist_ok=True)
-                self._temp_path = os.path.join(directory, f".{name}.{uuid.uuid4().hex}.tmp")
-                self.file: IO[bytes] = open(self._temp_path, "wb", buffering=block_size)  # noqa: SIM115
-            else:
-                self.file = location.fs.open(location.path, "wb", block_size=block_size)
-        self._done = False
-
-    def finish(self) -> None:
-        """Write out everything locally, under the temporary name, without publishing it.
-
-        Two outputs that must appear together (a data file and its index) are both finished
-        before either is committed, so that only two renames lie between them. On object stores
-        finishing is committing (closing completes the upload), so this does nothing there.
-        """
-        if self._temp_path is not None and not self._done:
-            with storage_errors(self.location.url, "writing"):
-                self.file.close()
-
-    def commit(self) -> None:
-        """Close the file and publish it under its final name."""
-        if self._done:
-            return
-        with storage_errors(self.location.url, "writing"):
-            self.file.close()  # a no-op after finish()
-            if self._temp_path is not None:
-                os.replace(self._temp_path, self.location.path)
-        self._done = True
-
-    def discard(self) -> None:
-        """Drop the file: nothing stays visible under its name or a temporary one."""
-        if self._done:
-            return
-        self._done = True
-        with contextlib.suppress(Exception):
-            if self._temp_path is not None:
-                self.file.close()
-                os.unlink(self._temp_path)
-                return
-            discard: Callable[[], None] | None = getattr(self.file, "discard", None)
-            if discard is not None:
-                discard()
-                # The discarded file must not try to finish its upload when it is collected.
-                self.file.closed = True  # type: ignore[misc]
-            else:
-                self.file.close()
-                self.location.fs.rm(self.location.path)
-
-
-def remove_quietly(location: Location) -> None:
-    """Delete an object if it exists; errors are ignored (used to clean up after failures)."""
-    with contextlib.suppress(Exception):
-        location.fs.rm(location.path)

@@ -12,7 +12,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from arrowshuffle.format.errors import InvalidOptionError
-from arrowshuffle.writers.partitioners.base import (
+from arrowshuffle.format.partitioners.base import (
     Batch,
     check_int,
     check_num_subpartitions,

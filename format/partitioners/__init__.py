@@ -21,25 +21,26 @@ name            rows go to                                                   rec
 =============== ============================================================ ==============
 """
 
-from arrowshuffle.writers.partitioners.column import ColumnPartitioner
-from arrowshuffle.writers.partitioners.hashing import (
+from arrowshuffle.format.partitioners.base import Partitioner
+from arrowshuffle.format.partitioners.column import ColumnPartitioner
+from arrowshuffle.format.partitioners.hashing import (
     HashPartitioner,
     KeyGroupPartitioner,
     key_group_range,
     operator_for_key_group,
 )
-from arrowshuffle.writers.partitioners.range_partitioner import (
+from arrowshuffle.format.partitioners.range_partitioner import (
     RangePartitioner,
     boundaries_from_sample,
 )
-from arrowshuffle.writers.partitioners.registry import (
+from arrowshuffle.format.partitioners.registry import (
     PARTITIONER_NAMES,
     is_recomputable,
     make_partitioner,
     partitioner_from_spec,
     recompute_subpartitions,
 )
-from arrowshuffle.writers.partitioners.selectors import (
+from arrowshuffle.format.partitioners.selectors import (
     BroadcastPartitioner,
     ForwardPartitioner,
     GlobalPartitioner,
@@ -57,6 +58,7 @@ __all__ = [
     "GlobalPartitioner",
     "HashPartitioner",
     "KeyGroupPartitioner",
+    "Partitioner",
     "RandomPartitioner",
     "RangePartitioner",
     "RescalePartitioner",

@@ -28,7 +28,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from arrowshuffle.format.errors import InvalidOptionError
-from arrowshuffle.writers.partitioners.base import (
+from arrowshuffle.format.partitioners.base import (
     Batch,
     check_int,
     check_num_subpartitions,

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, TypeAlias
+from typing import Any, Protocol, TypeAlias
 
 import numpy as np
 import pyarrow as pa
@@ -96,3 +96,17 @@ def spec_names(spec: dict[str, Any], key: str) -> list[str]:
             f"found {value!r}"
         )
     return list(value)
+
+
+class Partitioner(Protocol):
+    """What a writer needs of a partitioner: row ids, a spec to store, a broadcast flag."""
+
+    @property
+    def broadcast(self) -> bool:
+        """True when every row goes to every subpartition (stored once)."""
+
+    def spec(self) -> dict[str, Any]:
+        """The JSON-serializable description stored in the index and the manifest."""
+
+    def assign(self, batch: pa.RecordBatch) -> np.ndarray:
+        """The subpartition of every row of ``batch``."""
