@@ -40,7 +40,12 @@ import arrowshuffle
 from arrowshuffle._progress import ProgressBar
 from arrowshuffle.format.errors import ArrowShuffleError, FormatError, InvalidOptionError
 from arrowshuffle.format.naming import DATA_SUFFIX, INDEX_SUFFIX, MANIFEST_NAME, temp_name
-from arrowshuffle.format.notation import parse_bytes, parse_duration
+from arrowshuffle.format.notation import (
+    parse_bytes,
+    parse_duration,
+    parse_id_ranges,
+    select_ids,
+)
 from arrowshuffle.readers.balance import (
     DEFAULT_SKEW_FACTOR,
     DEFAULT_SKEW_MIN_BYTES,
@@ -86,44 +91,6 @@ def _storage_option(text: str) -> tuple[str, Any]:
         return key, json.loads(value)
     except json.JSONDecodeError:
         return key, value
-
-
-def parse_subpartitions(text: str) -> list[range]:
-    """Parse ``3``, ``2-7`` (inclusive) or ``1,4,9`` (and mixes such as ``1,3-5``) into ranges.
-
-    Raises:
-        InvalidOptionError: for anything else.
-    """
-    runs: list[range] = []
-    for part in text.split(","):
-        low, dash, high = part.strip().partition("-")
-        try:
-            start = int(low)
-            stop = int(high) if dash else start
-        except ValueError:
-            raise InvalidOptionError(
-                f"--subpartitions: expected a number, a range such as 2-7 or a list such as "
-                f"1,4,9; found {text!r}"
-            ) from None
-        if start < 0 or stop < start:
-            raise InvalidOptionError(
-                f"--subpartitions: {part.strip()!r} is not an ascending range of ids >= 0"
-            )
-        runs.append(range(start, stop + 1))
-    return runs
-
-
-def _selection(runs: list[range], num_subpartitions: int, what: str = "file") -> range | list[int]:
-    """Check ``runs`` against the data before expanding them (``0-4000000000`` stays cheap)."""
-    too_big = [r for r in runs if r.stop > num_subpartitions]
-    if too_big:
-        raise InvalidOptionError(
-            f"--subpartitions: subpartition {too_big[0].stop - 1} does not exist: the {what} has "
-            f"subpartitions 0..{num_subpartitions - 1}"
-        )
-    if len(runs) == 1:
-        return runs[0]
-    return sorted({s for run in runs for s in run})
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -520,11 +487,11 @@ def _read(args: argparse.Namespace, storage: dict[str, Any], out: TextIO) -> int
             f"--out {args.out!r}: expected a file name ending in .arrow, .parquet or .csv, "
             f"found {extension or 'no extension'!r}"
         )
-    runs = parse_subpartitions(args.subpartitions)
+    runs = parse_id_ranges(args.subpartitions, name="--subpartitions")
     columns = None if args.columns is None else [c.strip() for c in args.columns.split(",")]
     rows = 0
     with open_file(args.path, storage_options=storage) as shuffle_file:
-        selection = _selection(runs, shuffle_file.num_subpartitions)
+        selection = select_ids(runs, shuffle_file.num_subpartitions, name="--subpartitions")
         schema = shuffle_file.schema
         if columns is not None:
             missing = [c for c in columns if c not in schema.names]
@@ -552,14 +519,20 @@ def _plan(args: argparse.Namespace, storage: dict[str, Any], out: TextIO) -> int
     # Options are checked before the data is opened: a typo costs no request.
     target = parse_bytes(args.target_bytes, name="--target-bytes")
     skew_min = parse_bytes(args.skew_min_bytes, name="--skew-min-bytes")
-    runs = None if args.subpartitions is None else parse_subpartitions(args.subpartitions)
+    runs = (
+        None
+        if args.subpartitions is None
+        else parse_id_ranges(args.subpartitions, name="--subpartitions")
+    )
     opened = open_shuffle(args.path, storage)
     with contextlib.ExitStack() as stack:
         if not isinstance(opened, ShuffleDataset):
             stack.enter_context(opened)
         what = "dataset" if isinstance(opened, ShuffleDataset) else "file"
         n = opened.num_subpartitions
-        selection = range(n) if runs is None else _selection(runs, n, what)
+        selection = (
+            range(n) if runs is None else select_ids(runs, n, name="--subpartitions", what=what)
+        )
         tasks = opened.plan(
             target,
             subpartitions=selection,

@@ -1,10 +1,11 @@
-"""Parse sizes and durations written by people: ``"256MiB"``, ``"1.5 GB"``, ``"15m"``."""
+"""Parse values written by people: sizes (``"256MiB"``), durations (``"15m"``), id lists."""
 
 from __future__ import annotations
 
 import datetime
 import math
 import re
+from collections.abc import Sequence
 
 from arrowshuffle.format.errors import InvalidOptionError
 
@@ -80,3 +81,60 @@ def parse_duration(value: float | str | datetime.timedelta, *, name: str = "dura
     if not math.isfinite(seconds) or seconds < 0:
         raise InvalidOptionError(f"{name} must be a finite duration of at least 0, found {value!r}")
     return seconds
+
+
+#: One element of an id list: ``3`` or the inclusive range ``2-7`` (ASCII digits only).
+_ID_RUN = re.compile(r"^\s*([0-9]+)\s*(?:-\s*([0-9]+)\s*)?$")
+
+
+def parse_id_ranges(text: str, *, name: str = "subpartitions") -> tuple[range, ...]:
+    """Parse ``"3"``, ``"2-7"`` (inclusive) or ``"1,4,6-9"`` into ranges, in the order written.
+
+    Ranges stay ranges, so ``"0-4000000000"`` costs nothing until checked against the data
+    with :func:`select_ids`.
+
+    Raises:
+        InvalidOptionError: for anything else, or a range whose end is below its start.
+    """
+    runs: list[range] = []
+    for part in str(text).split(","):
+        match = _ID_RUN.match(part)
+        if match is None:
+            raise InvalidOptionError(
+                f"{name}: expected a number, an inclusive range or a list, such as '3', '2-7' "
+                f"or '1,4,6-9'; found {text!r}"
+            )
+        first = int(match.group(1))
+        last = first if match.group(2) is None else int(match.group(2))
+        if last < first:
+            raise InvalidOptionError(
+                f"{name}: range {part.strip()!r} is reversed; write the lower id first"
+            )
+        runs.append(range(first, last + 1))
+    return tuple(runs)
+
+
+def format_id_ranges(runs: Sequence[range]) -> str:
+    """The text :func:`parse_id_ranges` reads back as ``runs`` (non-empty, step-1 ranges)."""
+    return ",".join(
+        str(run.start) if len(run) == 1 else f"{run.start}-{run.stop - 1}" for run in runs
+    )
+
+
+def select_ids(
+    runs: Sequence[range], count: int, *, name: str = "subpartitions", what: str = "file"
+) -> range | tuple[int, ...]:
+    """The ids of ``runs`` among ``0..count-1``: one range as is, else sorted and distinct.
+
+    Raises:
+        InvalidOptionError: if an id is ``count`` or more (checked before any range is expanded).
+    """
+    too_big = [run for run in runs if run.stop > count]
+    if too_big:
+        raise InvalidOptionError(
+            f"{name}: subpartition {too_big[0].stop - 1} does not exist: the {what} has "
+            f"subpartitions 0..{count - 1}"
+        )
+    if len(runs) == 1:
+        return runs[0]
+    return tuple(sorted({i for run in runs for i in run}))

@@ -17,8 +17,7 @@ import pytest
 
 import arrowshuffle
 from arrowshuffle import cli as cli_module
-from arrowshuffle.cli import main, parse_subpartitions
-from arrowshuffle.format.errors import InvalidOptionError
+from arrowshuffle.cli import main
 
 VECTORS = Path(__file__).parent / "vectors" / "v1"
 EXPECTED: dict[str, Any] = json.loads((VECTORS / "expected.json").read_text())["vectors"]
@@ -330,16 +329,6 @@ def test_unexpected_errors_are_one_line_unless_debugging(
 
 
 # ---------------------------------------------------------------------- helpers and URLs
-
-
-def test_parse_subpartitions() -> None:
-    assert parse_subpartitions("3") == [range(3, 4)]
-    assert parse_subpartitions("2-7") == [range(2, 8)]
-    assert parse_subpartitions("1,4, 9") == [range(1, 2), range(4, 5), range(9, 10)]
-    assert parse_subpartitions("0,3-5") == [range(0, 1), range(3, 6)]
-    for bad in ("", "a", "-1", "3-", "5-2", "1,,2"):
-        with pytest.raises(InvalidOptionError):
-            parse_subpartitions(bad)
 
 
 @pytest.mark.s3

@@ -49,7 +49,7 @@ from arrowshuffle.format.errors import InvalidOptionError
 from arrowshuffle.format.naming import MANIFEST_NAME
 from arrowshuffle.readers.dataset import open_dataset
 from arrowshuffle.spark.datasource import ArrowShuffleDataSource, plan_partitions
-from arrowshuffle.spark.options import parse_subpartitions, parse_write_options
+from arrowshuffle.spark.options import parse_read_options, parse_write_options
 from arrowshuffle.spark.types import spark_arrow_schema, spark_schema
 
 # --------------------------------------------------------------------------- shared data
@@ -295,7 +295,7 @@ def test_reader_options_consumers_and_subpartitions(spark, keys_df, tmp_path):
     one = spark.read.format("arrowshuffle").option("subpartitions", "3").load(path)
     assert {r["id"] for r in one.select("id").toArrow().to_pylist()} == truth[3]
 
-    with pytest.raises(Exception, match="outside the dataset's subpartitions"):
+    with pytest.raises(Exception, match="subpartition 9 does not exist"):
         spark.read.format("arrowshuffle").option("subpartitions", "9").load(path).count()
 
     # With filter pushdown on, an equality on the key reads only the key's subpartition.
@@ -541,11 +541,14 @@ def test_writer_options_are_checked_with_clear_messages():
 
 
 def test_subpartition_selection_and_consumer_ranges():
-    assert parse_subpartitions("1,4-6,4", 8) == (1, 4, 5, 6)
+    options = parse_read_options({"path": "p", "subpartitions": "1,4-6,4"})
+    assert options.selection(8) == (1, 4, 5, 6)
     with pytest.raises(InvalidOptionError, match="reversed"):
-        parse_subpartitions("5-2", 8)
-    with pytest.raises(InvalidOptionError, match="look like"):
-        parse_subpartitions("a", 8)
+        parse_read_options({"path": "p", "subpartitions": "5-2"})
+    with pytest.raises(InvalidOptionError, match="expected a number"):
+        parse_read_options({"path": "p", "subpartitions": "a"})
+    with pytest.raises(InvalidOptionError, match="subpartition 8 does not exist"):
+        parse_read_options({"path": "p", "subpartitions": "2-8"}).selection(8)
     # the key-group range formula: start=ceil(i*N/P), end=floor(((i+1)*N-1)/P)
     for n in range(1, 12):
         for p in range(1, 14):

@@ -45,7 +45,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from arrowshuffle.format.errors import InvalidOptionError
-from arrowshuffle.format.notation import parse_bytes
+from arrowshuffle.format.notation import parse_bytes, parse_id_ranges, select_ids
 from arrowshuffle.readers.balance import (
     DEFAULT_SKEW_FACTOR,
     DEFAULT_SKEW_MIN_BYTES,
@@ -123,8 +123,8 @@ class ReadOptions:
     #: ``plan``, ``subpartition`` or ``consumers`` (see the module docstring).
     partitioning: str = DEFAULT_PARTITIONING
     consumers: int | None = None
-    #: The ``subpartitions`` option as given; :meth:`selection` resolves it.
-    subpartitions: str | None = None
+    #: The ``subpartitions`` option, parsed; :meth:`selection` checks it against the dataset.
+    subpartitions: tuple[range, ...] | None = None
     verify: Verify = "auto"
     pushdown: bool = False
     storage_options: dict[str, Any] = field(default_factory=dict)
@@ -152,7 +152,10 @@ class ReadOptions:
         """The subpartitions to read, ascending: those of the option, or all."""
         if self.subpartitions is None:
             return tuple(range(num_subpartitions))
-        return parse_subpartitions(self.subpartitions, num_subpartitions)
+        ids = select_ids(
+            self.subpartitions, num_subpartitions, name="option subpartitions", what="dataset"
+        )
+        return tuple(ids)
 
 
 def _lower(options: Mapping[str, str]) -> dict[str, str]:
@@ -275,35 +278,6 @@ def parse_json_object(value: str, name: str) -> dict[str, Any]:
     return parsed
 
 
-def parse_subpartitions(value: str, num_subpartitions: int) -> tuple[int, ...]:
-    """Parse ``"3"``, ``"0-7"`` (inclusive) or ``"1,4,6-9"`` into sorted, distinct ids.
-
-    Raises:
-        InvalidOptionError: unreadable text, a reversed range, or ids outside
-            ``[0, num_subpartitions)``.
-    """
-    ids: set[int] = set()
-    for part in str(value).split(","):
-        text = part.strip()
-        low, dash, high = text.partition("-")
-        try:
-            first = int(low)
-            last = int(high) if dash else first
-        except ValueError:
-            raise InvalidOptionError(
-                f"option subpartitions must look like '3', '0-7' or '1,4,6-9', found {value!r}"
-            ) from None
-        if last < first:
-            raise InvalidOptionError(f"option subpartitions: range {text!r} is reversed")
-        if first < 0 or last >= num_subpartitions:
-            raise InvalidOptionError(
-                f"option subpartitions: {text!r} is outside the dataset's subpartitions "
-                f"[0, {num_subpartitions - 1}]"
-            )
-        ids.update(range(first, last + 1))
-    return tuple(sorted(ids))
-
-
 def _storage_value(value: str) -> Any:
     lowered = value.strip().lower()
     if lowered in ("true", "false"):
@@ -397,7 +371,11 @@ def parse_read_options(options: Mapping[str, str]) -> ReadOptions:
         path=path,
         partitioning=partitioning,
         consumers=consumers,
-        subpartitions=opts.get("subpartitions"),
+        subpartitions=(
+            None
+            if opts.get("subpartitions") is None
+            else parse_id_ranges(opts["subpartitions"], name="option subpartitions")
+        ),
         verify=verify,
         pushdown=pushdown,
         storage_options=storage,
