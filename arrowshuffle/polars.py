@@ -41,6 +41,7 @@ from arrowshuffle.readers.file_reader import ShuffleFile, open_file
 from arrowshuffle.readers.integrity import Verify, resolve_verify
 from arrowshuffle.readers.plan import Subpartitions
 from arrowshuffle.readers.scheduler import ReadOptions
+from arrowshuffle.readers.selection import Selection
 
 if TYPE_CHECKING:
     import polars as pl
@@ -99,7 +100,8 @@ def scan(
     """
     _polars()
     reader = open_shuffle(path_or_url, storage_options)
-    return _scan(reader, subpartitions, consumer, num_consumers, pattern, verify, task, options)
+    selection = Selection(subpartitions, consumer, num_consumers, pattern, task)
+    return _scan(reader, selection, verify, options)
 
 
 def scan_file(
@@ -117,7 +119,8 @@ def scan_file(
     """Like :func:`scan`, for one data file (its index beside it)."""
     _polars()
     reader = open_file(path_or_url, storage_options)
-    return _scan(reader, subpartitions, consumer, num_consumers, pattern, verify, task, options)
+    selection = Selection(subpartitions, consumer, num_consumers, pattern, task)
+    return _scan(reader, selection, verify, options)
 
 
 def scan_dataset(
@@ -135,7 +138,8 @@ def scan_dataset(
     """Like :func:`scan`, for a dataset directory (through its manifest)."""
     _polars()
     reader = open_dataset(path_or_url, storage_options)
-    return _scan(reader, subpartitions, consumer, num_consumers, pattern, verify, task, options)
+    selection = Selection(subpartitions, consumer, num_consumers, pattern, task)
+    return _scan(reader, selection, verify, options)
 
 
 def read(
@@ -218,33 +222,23 @@ def scan_tasks(
         skew_min_bytes=skew_min_bytes,
         max_tasks=max_tasks,
     )
-    return [_scan(reader, None, None, None, "all_to_all", verify, task, options) for task in tasks]
+    return [_scan(reader, Selection(task=task), verify, options) for task in tasks]
 
 
 def _scan(
     reader: ShuffleFile | ShuffleDataset,
-    subpartitions: Subpartitions | None,
-    consumer: int | None,
-    num_consumers: int | None,
-    pattern: str,
+    selection: Selection,
     verify: Verify,
-    task: PlannedRead | None = None,
     options: ReadOptions | None = None,
 ) -> pl.LazyFrame:
     polars = _polars()
     from polars.io.plugins import register_io_source
 
-    selection: dict[str, Any] = {
-        "consumer": consumer,
-        "num_consumers": num_consumers,
-        "pattern": pattern,
-        "task": task,
-    }
     # Check the selection now, so that a bad one fails at scan() rather than at collect().
     resolve_verify(verify, remote=False)
     if options is not None and not isinstance(options, ReadOptions):
         raise InvalidOptionError(f"options must be a ReadOptions, found {options!r}")
-    reader.reads(subpartitions, **selection)
+    reader.reads(selection)
     arrow_schema = reader.schema
     schema = polars.from_arrow(arrow_schema.empty_table()).schema
 
@@ -257,9 +251,7 @@ def _scan(
         if n_rows is not None and n_rows <= 0:
             return
         columns = _columns_to_read(with_columns, predicate, arrow_schema.names)
-        batches = reader.iter_batches(
-            subpartitions, columns=columns, verify=verify, options=options, **selection
-        )
+        batches = reader.iter_selection(selection, columns=columns, verify=verify, options=options)
         read_schema = (
             arrow_schema if columns is None else pa.schema([arrow_schema.field(c) for c in columns])
         )
@@ -290,13 +282,7 @@ def _scan(
             if close is not None:
                 close()
 
-    detail = f"{reader.url}"
-    if subpartitions is not None:
-        detail += f" subpartitions={subpartitions!r}"
-    if consumer is not None:
-        detail += f" consumer={consumer}/{num_consumers} {pattern}"
-    if task is not None:
-        detail += f" task={_describe(task)}"
+    detail = f"{reader.url} {selection.describe()}".rstrip()
     frame: pl.LazyFrame = register_io_source(
         source,
         schema=schema,
@@ -305,18 +291,6 @@ def _scan(
         explain_detail=detail,
     )
     return frame
-
-
-def _describe(task: PlannedRead) -> str:
-    """A task in a few words, for ``explain()``."""
-    sub = task.subpartitions
-    text = (
-        f"subpartitions {sub.start}-{sub.stop - 1}" if len(sub) > 1 else f"subpartition {sub.start}"
-    )
-    text += f", {len(task.files)} files" if len(task.files) != 1 else f", file {task.files[0]}"
-    if task.regions is not None:
-        text += f", regions {task.regions.start}-{task.regions.stop - 1}"
-    return f"({text}, {task.bytes} bytes, {task.rows} rows)"
 
 
 def _columns_to_read(

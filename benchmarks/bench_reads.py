@@ -51,6 +51,7 @@ import arrowshuffle.polars as asp
 from arrowshuffle.format.naming import new_file_name
 from arrowshuffle.readers.dataset import open_dataset
 from arrowshuffle.readers.scheduler import ReadOptions
+from arrowshuffle.readers.selection import Selection
 from arrowshuffle.writers.dataset_writer import commit_dataset, prepare_directory
 from arrowshuffle.writers.file_writer import ShuffleFileWriter
 
@@ -140,7 +141,7 @@ def chunk_bytes(url: str, s: int, storage_options: dict[str, Any] | None = None)
     """Bytes of subpartition ``s`` in the data files (what a perfect reader transfers)."""
     dataset = open_dataset(url, storage_options)
     total = 0
-    for read in dataset.reads(s):
+    for read in dataset.reads(Selection(s)):
         ranges = dataset.file(read.file).chunk_ranges(read.subpartitions)
         total += sum(c.length for c in ranges)
     return total
@@ -214,7 +215,7 @@ def local_bytes(root: Path, ids: list[int], data_files: list[str]) -> dict[str, 
     dataset = open_dataset(shuffle)
     planned = needed = 0
     for s in ids:
-        for read in dataset.reads(s):
+        for read in dataset.reads(Selection(s)):
             ranges = dataset.file(read.file).chunk_ranges(read.subpartitions)
             needed += sum(c.length for c in ranges)
             blocks = dataset.file(read.file).blocks(s)

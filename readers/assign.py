@@ -36,7 +36,6 @@ from dataclasses import dataclass
 from typing import Literal
 
 from arrowshuffle.format.errors import InvalidOptionError
-from arrowshuffle.readers.plan import Subpartitions, subpartition_runs
 
 Pattern = Literal["all_to_all", "pointwise"]
 PATTERNS: tuple[Pattern, ...] = ("all_to_all", "pointwise")
@@ -167,40 +166,6 @@ def consumer_assignment(
     if i >= c:
         raise InvalidOptionError(f"consumer must be in [0, {c}) for {c} consumers, found {i}")
     return assign(num_subpartitions, c, pattern, num_producers=num_producers)[i]
-
-
-def select_reads(
-    num_subpartitions: int,
-    num_files: int,
-    subpartitions: Subpartitions | None = None,
-    *,
-    consumer: int | None = None,
-    num_consumers: int | None = None,
-    pattern: str = "all_to_all",
-) -> list[tuple[int, Subpartitions | None]]:
-    """Turn a reader's selection arguments into ``(file, subpartitions)`` pairs in file order.
-
-    Either ``subpartitions`` (``None`` meaning all) applies to every file, or ``consumer`` and
-    ``num_consumers`` pick the files and the subpartition range of that consumer.
-
-    Raises:
-        InvalidOptionError: both kinds of selection at once, only half of the consumer pair, or
-            subpartition ids outside ``[0, num_subpartitions)``.
-    """
-    if consumer is None and num_consumers is None:
-        if subpartitions is not None:
-            if not isinstance(subpartitions, (int, range)):
-                subpartitions = list(subpartitions)  # an iterator must serve every file
-            subpartition_runs(subpartitions, num_subpartitions)  # refuse bad ids up front
-        return [(f, subpartitions) for f in range(num_files)]
-    if subpartitions is not None:
-        raise InvalidOptionError("pass either subpartitions= or consumer=/num_consumers=, not both")
-    if consumer is None or num_consumers is None:
-        raise InvalidOptionError("consumer= and num_consumers= go together; pass both")
-    chosen = consumer_assignment(
-        num_subpartitions, consumer, num_consumers, pattern, num_producers=num_files
-    )
-    return [(f, r) for f, r in chosen.pairs()]
 
 
 def _count(value: object, name: str, *, minimum: int) -> int:

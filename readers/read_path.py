@@ -1,12 +1,11 @@
 """The one read path of every reader: select → plan → fetch tasks → decode.
 
 Files and datasets read the same way; a file is a dataset of one file (as ``pyarrow.dataset``
-treats a single file). Three ways of describing what to read all become the same list of
-:class:`FileRead` (which subpartitions, and which regions, of which file):
-
-* a subpartition selection (an int, a range, a list; all by default), applied to every file;
-* a consumer of an assignment (``consumer=``, ``num_consumers=``, ``pattern=``);
-* a planned task (``task=``, from :meth:`Readable.plan`).
+treats a single file). Three ways of describing what to read (a subpartition selection, a
+consumer of an assignment, a planned task from :meth:`Readable.plan`) make one
+:class:`~arrowshuffle.readers.selection.Selection`, which becomes the same list of
+:class:`~arrowshuffle.readers.selection.FileRead` (which subpartitions, and which regions, of
+which file).
 
 Every file read is then planned from its index (chunk ranges, proven first), coalesced into
 fetch blocks, grouped into fetch tasks and run by the read scheduler, with the tuning of one
@@ -18,7 +17,6 @@ from __future__ import annotations
 import abc
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, TypeVar
 
 import numpy as np
@@ -26,7 +24,6 @@ import pyarrow as pa
 
 from arrowshuffle.format.errors import InvalidOptionError
 from arrowshuffle.format.notation import parse_bytes
-from arrowshuffle.readers.assign import select_reads
 from arrowshuffle.readers.balance import (
     DEFAULT_SKEW_FACTOR,
     DEFAULT_SKEW_MIN_BYTES,
@@ -38,27 +35,13 @@ from arrowshuffle.readers.balance import (
 from arrowshuffle.readers.integrity import Verify
 from arrowshuffle.readers.plan import Subpartitions, subpartition_runs
 from arrowshuffle.readers.scheduler import ReadOptions, ReadTask, run_tasks
+from arrowshuffle.readers.selection import EVERYTHING, FileRead, Selection
 
 if TYPE_CHECKING:
     from arrowshuffle.readers.file_reader import ShuffleFile
 
 _T = TypeVar("_T")
 _R = TypeVar("_R")
-
-
-@dataclass(frozen=True)
-class FileRead:
-    """One file's part of a read.
-
-    Attributes:
-        file: the file's position in the reader's file list (0 for a single file).
-        subpartitions: the subpartitions to read from it.
-        regions: the regions to read (part of a skew split), or ``None`` for all of them.
-    """
-
-    file: int
-    subpartitions: Subpartitions
-    regions: range | None = None
 
 
 class Readable(abc.ABC):
@@ -111,52 +94,13 @@ class Readable(abc.ABC):
 
     # ---------------------------------------------------------------- selection
 
-    def reads(
-        self,
-        subpartitions: Subpartitions | None = None,
-        *,
-        consumer: int | None = None,
-        num_consumers: int | None = None,
-        pattern: str = "all_to_all",
-        task: PlannedRead | None = None,
-    ) -> list[FileRead]:
-        """What a read with these arguments covers, file by file, in file order.
-
-        ``subpartitions`` applies to every file; ``consumer``/``num_consumers``/``pattern``
-        select what :func:`arrowshuffle.assign` gives that consumer, with each file one
-        producer; ``task`` is one task of :meth:`plan`. One kind of selection at a time.
+    def reads(self, selection: Selection = EVERYTHING) -> list[FileRead]:
+        """What ``selection`` covers in this reader, file by file, in file order.
 
         Raises:
-            InvalidOptionError: several kinds of selection, or a selection outside the reader.
+            InvalidOptionError: a selection outside the reader.
         """
-        if task is not None:
-            if subpartitions is not None or consumer is not None or num_consumers is not None:
-                raise InvalidOptionError(
-                    "pass either task= or subpartitions= / consumer=, not both"
-                )
-            return self._task_reads(task)
-        pairs = select_reads(
-            self.num_subpartitions,
-            self.num_files,
-            subpartitions,
-            consumer=consumer,
-            num_consumers=num_consumers,
-            pattern=pattern,
-        )
-        full = range(self.num_subpartitions)
-        return [FileRead(f, full if s is None else s) for f, s in pairs]
-
-    def _task_reads(self, task: PlannedRead) -> list[FileRead]:
-        if not isinstance(task, PlannedRead):
-            raise InvalidOptionError(f"task must be a PlannedRead from plan(), found {task!r}")
-        subpartition_runs(task.subpartitions, self.num_subpartitions)  # refuses foreign ids
-        bad = [f for f in task.files if not 0 <= f < self.num_files]
-        if bad:
-            raise InvalidOptionError(
-                f"the task reads file {bad[0]}, the reader has {self.num_files} files: was it "
-                "planned for another dataset?"
-            )
-        return [FileRead(f, task.subpartitions, task.regions) for f in task.files]
+        return selection.file_reads(self.num_subpartitions, self.num_files)
 
     # ---------------------------------------------------------------- planning
 
@@ -245,6 +189,23 @@ class Readable(abc.ABC):
 
     # ---------------------------------------------------------------- reading
 
+    def iter_selection(
+        self,
+        selection: Selection,
+        *,
+        columns: Sequence[str] | None = None,
+        verify: Verify = "auto",
+        options: ReadOptions | None = None,
+    ) -> Iterator[pa.RecordBatch]:
+        """:meth:`iter_batches` of a :class:`Selection` made by the caller."""
+        options = options or self.options
+        if columns is not None:
+            select_schema(self.schema, columns)
+        tasks = self.read_tasks(
+            self.reads(selection), columns=columns, verify=verify, options=options
+        )
+        return run_tasks(tasks, options)
+
     def iter_batches(
         self,
         subpartitions: Subpartitions | None = None,
@@ -279,18 +240,8 @@ class Readable(abc.ABC):
             options: the tuning of this read (coalescing, memory, IO threads); by default the
                 one given at open.
         """
-        options = options or self.options
-        if columns is not None:
-            select_schema(self.schema, columns)
-        reads = self.reads(
-            subpartitions,
-            consumer=consumer,
-            num_consumers=num_consumers,
-            pattern=pattern,
-            task=task,
-        )
-        tasks = self.read_tasks(reads, columns=columns, verify=verify, options=options)
-        return run_tasks(tasks, options)
+        selection = Selection(subpartitions, consumer, num_consumers, pattern, task)
+        return self.iter_selection(selection, columns=columns, verify=verify, options=options)
 
     def read(
         self,
@@ -306,16 +257,8 @@ class Readable(abc.ABC):
     ) -> pa.Table:
         """Read a selection into one table; the arguments are those of :meth:`iter_batches`."""
         schema = self.schema if columns is None else select_schema(self.schema, columns)
-        batches = self.iter_batches(
-            subpartitions,
-            columns=columns,
-            verify=verify,
-            consumer=consumer,
-            num_consumers=num_consumers,
-            pattern=pattern,
-            task=task,
-            options=options,
-        )
+        selection = Selection(subpartitions, consumer, num_consumers, pattern, task)
+        batches = self.iter_selection(selection, columns=columns, verify=verify, options=options)
         return pa.Table.from_batches(list(batches), schema=schema)
 
 

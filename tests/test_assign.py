@@ -14,8 +14,8 @@ from arrowshuffle.readers.assign import (
     consumer_assignment,
     key_group_range,
     normalize_pattern,
-    select_reads,
 )
+from arrowshuffle.readers.selection import FileRead, Selection
 
 
 def ranges_of(assignments):
@@ -155,10 +155,15 @@ def test_pattern_names_are_forgiving():
     assert normalize_pattern(" Pointwise ") == "pointwise"
 
 
-def test_select_reads_takes_one_kind_of_selection():
-    assert select_reads(4, 2, [1, 3]) == [(0, [1, 3]), (1, [1, 3])]
-    assert select_reads(4, 2, consumer=1, num_consumers=2) == [(0, range(2, 4)), (1, range(2, 4))]
+def test_a_selection_takes_one_kind_of_selection():
+    assert Selection([1, 3]).file_reads(4, 2) == [FileRead(0, [1, 3]), FileRead(1, [1, 3])]
+    by_consumer = Selection(consumer=1, num_consumers=2).file_reads(4, 2)
+    assert by_consumer == [FileRead(0, range(2, 4)), FileRead(1, range(2, 4))]
+    assert Selection().file_reads(3, 2) == [FileRead(0, range(3)), FileRead(1, range(3))]
+    assert Selection(iter([2, 0])).file_reads(4, 2) == [FileRead(0, [2, 0]), FileRead(1, [2, 0])]
     with pytest.raises(InvalidOptionError, match="not both"):
-        select_reads(4, 2, [1], consumer=0, num_consumers=2)
+        Selection([1], consumer=0, num_consumers=2)
     with pytest.raises(InvalidOptionError, match="go together"):
-        select_reads(4, 2, consumer=0)
+        Selection(consumer=0)
+    with pytest.raises(InvalidOptionError, match="task must be a PlannedRead"):
+        Selection(task="t")  # type: ignore[arg-type]

@@ -33,6 +33,7 @@ from arrowshuffle.readers.assign import assign
 from arrowshuffle.readers.dataset import ShuffleDataset, open_dataset, open_shuffle
 from arrowshuffle.readers.file_reader import ShuffleFile, open_file
 from arrowshuffle.readers.scheduler import ReadOptions
+from arrowshuffle.readers.selection import Selection
 from arrowshuffle.readers.validate_dataset import validate_dataset
 from arrowshuffle.writers.dataset_writer import prepare_directory, write_manifest
 
@@ -169,7 +170,7 @@ def test_small_in_flight_budget_and_no_coalescing_give_the_same_rows(mixed):
 
 def test_broadcast_chunks_are_planned_once_per_file(mixed):
     dataset = open_dataset(mixed.url)
-    for read in dataset.reads(range(N)):
+    for read in dataset.reads(Selection(range(N))):
         f = read.file
         ranges = dataset.file(f).chunk_ranges(read.subpartitions)
         broadcast = [c for c in ranges if c.broadcast]
