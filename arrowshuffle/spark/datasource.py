@@ -53,7 +53,7 @@ from arrowshuffle.readers.dataset import ShuffleDataset, open_dataset
 from arrowshuffle.readers.storage import Location, resolve
 from arrowshuffle.spark.options import (
     FORMAT_NAME,
-    ReadOptions,
+    SparkReadConfig,
     WriteOptions,
     parse_read_options,
     parse_write_options,
@@ -315,7 +315,7 @@ def plan_partitions(selection: Sequence[int], consumers: int | None) -> list[Sub
 
 
 def planned_partitions(
-    dataset: ShuffleDataset, selection: Sequence[int], options: ReadOptions
+    dataset: ShuffleDataset, selection: Sequence[int], options: SparkReadConfig
 ) -> list[PlannedPartition]:
     """One Spark partition per task of the dataset's plan over ``selection``.
 
@@ -371,7 +371,7 @@ def check_files(dataset: ShuffleDataset) -> None:
 class ArrowShuffleReader(DataSourceReader):
     """Reads a dataset, one planned task (or subpartition selection) per Spark partition."""
 
-    def __init__(self, options: ReadOptions, schema: Any) -> None:
+    def __init__(self, options: SparkReadConfig, schema: Any) -> None:
         self.options = options
         dataset = open_dataset(options.path, options.storage_options)
         check_files(dataset)

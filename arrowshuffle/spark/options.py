@@ -116,8 +116,8 @@ class WriteOptions:
 
 
 @dataclass(frozen=True)
-class ReadOptions:
-    """The parsed reader options."""
+class SparkReadConfig:
+    """The Spark source's reader options, parsed (the read tuning is :class:`ReadOptions`)."""
 
     path: str
     #: ``plan``, ``subpartition`` or ``consumers`` (see the module docstring).
@@ -354,7 +354,7 @@ def parse_write_options(options: Mapping[str, str]) -> WriteOptions:
     )
 
 
-def parse_read_options(options: Mapping[str, str]) -> ReadOptions:
+def parse_read_options(options: Mapping[str, str]) -> SparkReadConfig:
     """Parse and check the reader options (see the module docstring)."""
     opts = _lower(options)
     path = _path(opts, "load")
@@ -367,7 +367,7 @@ def parse_read_options(options: Mapping[str, str]) -> ReadOptions:
     pushdown = parse_bool(opts["pushdown"], "pushdown") if "pushdown" in opts else False
     target = opts.get("target_bytes")
     skew_min = opts.get("skew_min_bytes")
-    return ReadOptions(
+    return SparkReadConfig(
         path=path,
         partitioning=partitioning,
         consumers=consumers,
