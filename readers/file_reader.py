@@ -34,6 +34,7 @@ from arrowshuffle.readers.plan import (
     Subpartitions,
     coalesce,
     dedupe_broadcast,
+    merge_ranges,
     plan_run,
     subpartition_runs,
 )
@@ -221,7 +222,8 @@ class ShuffleFile(Readable):
         self.header = decode_header(memoryview(segments[0][1]), object_size=size)
         needs = _index_needs(self.header.layout, self.num_regions, self.num_subpartitions, want)
         missing = [(_reach(segments, b, e), e) for b, e in needs]
-        segments += self._fetch_index(_merge_ranges([(b, e) for b, e in missing if b < e]))
+        wanted = merge_ranges([(b, e) for b, e in missing if b < e], max_gap=INDEX_MERGE_GAP)
+        segments += self._fetch_index([(m.begin, m.end) for m in wanted])
         meta_end = self.header.layout.entries_offset
         self.meta = decode_meta(self.header, memoryview(_assemble(segments, 0, meta_end)))
         self._index_bytes = _assemble(segments, 0, _reach(segments, 0, self.header.index_length))
@@ -259,8 +261,8 @@ class ShuffleFile(Readable):
         end = min(size, INDEX_PREFIX_BYTES)
         if shape is not None:
             needs = _index_needs(shape.layout, shape.num_regions, shape.num_subpartitions, want)
-            first = _merge_ranges([(0, end), *needs])[0]  # the range that starts at 0
-            end = max(end, min(first[1], size, FIRST_FETCH_LIMIT))
+            first = merge_ranges([(0, end), *needs], max_gap=INDEX_MERGE_GAP)[0]  # from 0
+            end = max(end, min(first.end, size, FIRST_FETCH_LIMIT))
         prefix = self._index_source.read_prefix(end)
         if self._fetched is not None:
             self._fetched.append(prefix)
@@ -338,16 +340,15 @@ class ShuffleFile(Readable):
         Missing runs close together are fetched as one range; all ranges in one call.
         """
         layout = self.header.layout
-        missing: list[tuple[int, int]] = []
+        absent_ranges: list[tuple[int, int]] = []
         for run in runs:
             absent = [s for s in run if s not in self._entries]
-            if not absent:
-                continue
-            begin, end = layout.entry_range(self.num_regions, absent[0], absent[-1] + 1)
-            if missing and begin - missing[-1][1] <= INDEX_MERGE_GAP:
-                missing[-1] = (missing[-1][0], end)
-            else:
-                missing.append((begin, end))
+            if absent:
+                absent_ranges.append(
+                    layout.entry_range(self.num_regions, absent[0], absent[-1] + 1)
+                )
+        merged = merge_ranges(absent_ranges, max_gap=INDEX_MERGE_GAP)
+        missing = [(m.begin, m.end) for m in merged]
         if not missing:
             return
         have = self._index_bytes.size
@@ -635,17 +636,6 @@ def _index_needs(
             stop = min(num_subpartitions, runs[-1].stop + 1)
             needs.append(layout.entry_range(num_regions, start, stop))
     return needs
-
-
-def _merge_ranges(ranges: list[tuple[int, int]]) -> list[tuple[int, int]]:
-    """Sort ranges and merge those that overlap or lie within :data:`INDEX_MERGE_GAP`."""
-    merged: list[tuple[int, int]] = []
-    for begin, end in sorted(ranges):
-        if merged and begin - merged[-1][1] <= INDEX_MERGE_GAP:
-            merged[-1] = (merged[-1][0], max(merged[-1][1], end))
-        else:
-            merged.append((begin, end))
-    return merged
 
 
 def _reach(segments: Sequence[tuple[int, pa.Buffer]], begin: int, end: int) -> int:

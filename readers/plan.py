@@ -188,28 +188,59 @@ def dedupe_broadcast(ranges: list[ChunkRange]) -> list[ChunkRange]:
     return out
 
 
+class MergedRange(NamedTuple):
+    """Byte ranges merged into one: ``[begin, end)`` and the positions of its members."""
+
+    begin: int
+    end: int
+    members: tuple[int, ...]
+
+
+def merge_ranges(
+    ranges: Sequence[tuple[int, int]], *, max_gap: int, max_block: int | None = None
+) -> list[MergedRange]:
+    """Merge byte ranges ``[begin, end)`` that lie close together, in order of their starts.
+
+    A range joins the merged range before it when the gap between them is at most ``max_gap``
+    bytes (overlapping ranges always) and, with ``max_block``, the merged range stays within
+    ``max_block`` bytes (a single larger range stays a range of its own).
+
+    Returns:
+        The merged ranges in offset order; ``members`` are positions in ``ranges``, in
+        offset order (ranges with equal starts keep their given order).
+    """
+    merged: list[MergedRange] = []
+    members: list[int] = []
+    begin = end = 0
+    for i in sorted(range(len(ranges)), key=lambda i: ranges[i][0]):
+        first, last = ranges[i]
+        near = first - end <= max_gap
+        if members and near and (max_block is None or max(end, last) - begin <= max_block):
+            members.append(i)
+            end = max(end, last)
+            continue
+        if members:
+            merged.append(MergedRange(begin, end, tuple(members)))
+        members, begin, end = [i], first, last
+    if members:
+        merged.append(MergedRange(begin, end, tuple(members)))
+    return merged
+
+
 def coalesce(
     ranges: Iterable[ChunkRange],
     *,
     max_gap: int = DEFAULT_MAX_GAP,
     max_block: int = DEFAULT_MAX_BLOCK,
 ) -> list[FetchBlock]:
-    """Sort chunk ranges by offset and merge neighbours into fetch blocks.
+    """Sort chunk ranges by offset and merge neighbours into fetch blocks (:func:`merge_ranges`).
 
     Two ranges merge when the gap between them is at most ``max_gap`` bytes and the merged
     block stays within ``max_block`` bytes (a single larger range stays a block of its own).
     """
-    blocks: list[FetchBlock] = []
-    current: list[ChunkRange] = []
-    start = end = 0
-    for cr in sorted(ranges, key=lambda c: c.offset):
-        if current and cr.offset - end <= max_gap and max(end, cr.end) - start <= max_block:
-            current.append(cr)
-            end = max(end, cr.end)
-            continue
-        if current:
-            blocks.append(FetchBlock(start, end, tuple(current)))
-        current, start, end = [cr], cr.offset, cr.end
-    if current:
-        blocks.append(FetchBlock(start, end, tuple(current)))
-    return blocks
+    chunk_ranges = list(ranges)
+    spans = [(cr.offset, cr.end) for cr in chunk_ranges]
+    return [
+        FetchBlock(block.begin, block.end, tuple(chunk_ranges[i] for i in block.members))
+        for block in merge_ranges(spans, max_gap=max_gap, max_block=max_block)
+    ]

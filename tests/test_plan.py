@@ -17,6 +17,7 @@ from arrowshuffle.readers.plan import (
     ChunkRange,
     coalesce,
     dedupe_broadcast,
+    merge_ranges,
     plan_run,
     subpartition_runs,
 )
@@ -247,6 +248,28 @@ def test_coalesce_examples() -> None:
     big = coalesce([chunk_range(0, 5000)], max_block=100)
     assert [(block.offset, block.end) for block in big] == [(0, 5000)]
     assert coalesce([]) == []
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    spans=st.lists(
+        st.tuples(st.integers(0, 5000), st.integers(0, 500)).map(lambda s: (s[0], s[0] + s[1])),
+        max_size=20,
+    ),
+    max_gap=st.integers(0, 300),
+)
+def test_merge_ranges_covers_every_byte_once_and_leaves_gaps_wider_than_max_gap(
+    spans: list[tuple[int, int]], max_gap: int
+) -> None:
+    merged = merge_ranges(spans, max_gap=max_gap)
+    assert sorted(i for m in merged for i in m.members) == list(range(len(spans)))
+    for m in merged:
+        assert m.begin == min(spans[i][0] for i in m.members)
+        assert m.end == max(spans[i][1] for i in m.members)
+    for before, after in itertools.pairwise(merged):
+        assert after.begin - before.end > max_gap
+    # Overlapping or touching ranges always merge, whatever the gap allowed.
+    assert len(merge_ranges([(0, 10), (5, 8), (10, 12)], max_gap=0)) == 1
 
 
 def test_coalesce_keeps_a_shared_broadcast_chunk_once() -> None:
