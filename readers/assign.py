@@ -36,6 +36,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from arrowshuffle.format.errors import InvalidOptionError
+from arrowshuffle.format.partitioners.hashing import key_group_range
 
 Pattern = Literal["all_to_all", "pointwise"]
 PATTERNS: tuple[Pattern, ...] = ("all_to_all", "pointwise")
@@ -85,14 +86,6 @@ def normalize_pattern(pattern: str) -> Pattern:
     raise InvalidOptionError(f"pattern must be one of {', '.join(PATTERNS)}; found {pattern!r}")
 
 
-def key_group_range(num_subpartitions: int, num_consumers: int, consumer: int) -> range:
-    """The contiguous subpartition range of ``consumer`` when ``num_consumers`` split ``[0, N)``."""
-    n, c, i = num_subpartitions, num_consumers, consumer
-    first = (i * n + c - 1) // c
-    last = ((i + 1) * n - 1) // c
-    return range(first, max(first, last + 1))
-
-
 def assign(
     num_subpartitions: int,
     num_consumers: int,
@@ -124,7 +117,10 @@ def assign(
     p = None if num_producers is None else _count(num_producers, "num_producers", minimum=0)
     if kind == "all_to_all":
         producers = None if p is None else range(p)
-        return [ConsumerAssignment(i, producers, key_group_range(n, c, i)) for i in range(c)]
+        return [
+            ConsumerAssignment(i, producers, key_group_range(i, c, n, flink_bounds=False))
+            for i in range(c)
+        ]
     if p is None:
         raise InvalidOptionError("the pointwise pattern needs num_producers (the file count)")
     if p >= c:
@@ -139,7 +135,9 @@ def assign(
         for j in range(attached):
             out.append(
                 ConsumerAssignment(
-                    first + j, range(producer, producer + 1), key_group_range(n, attached, j)
+                    first + j,
+                    range(producer, producer + 1),
+                    key_group_range(j, attached, n, flink_bounds=False),
                 )
             )
     if p == 0:

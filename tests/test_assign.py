@@ -9,10 +9,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from arrowshuffle.format.errors import InvalidOptionError
+from arrowshuffle.format.partitioners import key_group_range
 from arrowshuffle.readers.assign import (
     assign,
     consumer_assignment,
-    key_group_range,
     normalize_pattern,
 )
 from arrowshuffle.readers.selection import FileRead, Selection
@@ -133,8 +133,19 @@ def test_pointwise_balances_files_and_consumers(p, c, n):
 
 
 def test_key_group_range_edges():
-    assert key_group_range(1, 1, 0) == range(0, 1)
-    assert key_group_range(7, 7, 6) == range(6, 7)
+    assert key_group_range(0, 1, 1, flink_bounds=False) == range(0, 1)
+    assert key_group_range(6, 7, 7, flink_bounds=False) == range(6, 7)
+    # more consumers than subpartitions: some ranges are empty, all stay in bounds
+    assert [key_group_range(i, 4, 2, flink_bounds=False) for i in range(4)] == [
+        range(0, 1),
+        range(1, 1),
+        range(1, 2),
+        range(2, 2),
+    ]
+    assert key_group_range(0, 3, 0, flink_bounds=False) == range(0, 0)
+    assert key_group_range(0, 1, 40_000, flink_bounds=False) == range(40_000)
+    with pytest.raises(InvalidOptionError, match="parallelism"):
+        key_group_range(0, 2, 1)
 
 
 def test_bad_arguments_are_refused_with_a_clear_message():

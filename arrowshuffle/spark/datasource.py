@@ -46,8 +46,8 @@ from arrowshuffle.format.errors import (
     SchemaMismatchError,
 )
 from arrowshuffle.format.naming import new_file_name, new_job_id
+from arrowshuffle.format.partitioners import key_group_range
 from arrowshuffle.format.partitioners.base import Partitioner
-from arrowshuffle.readers.assign import key_group_range
 from arrowshuffle.readers.balance import PlannedRead
 from arrowshuffle.readers.dataset import ShuffleDataset, open_dataset
 from arrowshuffle.readers.storage import Location, resolve
@@ -308,7 +308,11 @@ def plan_partitions(selection: Sequence[int], consumers: int | None) -> list[Sub
         return [SubpartitionSelection(i, (s,)) for i, s in enumerate(selection)]
     return [
         SubpartitionSelection(
-            i, tuple(selection[j] for j in key_group_range(len(selection), consumers, i))
+            i,
+            tuple(
+                selection[j]
+                for j in key_group_range(i, consumers, len(selection), flink_bounds=False)
+            ),
         )
         for i in range(consumers)
     ]

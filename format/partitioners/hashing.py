@@ -173,23 +173,38 @@ class KeyGroupPartitioner:
         )
 
 
-def key_group_range(operator_index: int, parallelism: int, max_parallelism: int) -> range:
+def key_group_range(
+    operator_index: int, parallelism: int, max_parallelism: int, *, flink_bounds: bool = True
+) -> range:
     """The key groups consumer ``operator_index`` of ``parallelism`` reads, as Flink assigns.
 
     Flink's ``computeKeyGroupRangeForOperatorIndex``: the range starts at
     ``(i * maxP + P - 1) // P`` and ends, inclusive, at ``((i + 1) * maxP - 1) // P``. The
-    ranges of ``i = 0 .. P-1`` are contiguous, disjoint and cover every key group.
+    ranges of ``i = 0 .. P-1`` are contiguous, disjoint and cover every key group; their sizes
+    differ by at most one.
+
+    Args:
+        operator_index: ``i``, the consumer.
+        parallelism: ``P``, how many consumers share the groups.
+        max_parallelism: ``maxP``, how many key groups (or subpartitions) there are.
+        flink_bounds: hold Flink's bounds, ``1 <= P <= maxP <= 32768``. Without them any
+            ``maxP >= 0`` is cut, and with more consumers than groups some ranges are empty
+            (what :func:`arrowshuffle.assign` does with subpartitions).
 
     Raises:
-        InvalidOptionError: ``parallelism`` outside ``1..max_parallelism`` or an index outside
-            ``0..parallelism-1``.
+        InvalidOptionError: ``parallelism`` or ``max_parallelism`` outside those bounds, or an
+            index outside ``0..parallelism-1``.
     """
-    max_p = check_int("max_parallelism", max_parallelism, 1, MAX_KEY_GROUPS + 1)
-    p = check_int("parallelism", parallelism, 1, max_p + 1)
+    if flink_bounds:
+        max_p = check_int("max_parallelism", max_parallelism, 1, MAX_KEY_GROUPS + 1)
+        p = check_int("parallelism", parallelism, 1, max_p + 1)
+    else:
+        max_p = check_int("max_parallelism", max_parallelism, 0)
+        p = check_int("parallelism", parallelism, 1)
     i = check_int("operator_index", operator_index, 0, p)
     start = (i * max_p + p - 1) // p
     end = ((i + 1) * max_p - 1) // p
-    return range(start, end + 1)
+    return range(start, max(start, end + 1))
 
 
 def operator_for_key_group(key_group: int, parallelism: int, max_parallelism: int) -> int:
