@@ -54,10 +54,9 @@ from arrowshuffle.readers.balance import (
     skew_ratio,
 )
 from arrowshuffle.readers.dataset import ShuffleDataset, open_shuffle
-from arrowshuffle.readers.dataset_layout import dataset_layout, dataset_summary
 from arrowshuffle.readers.file_reader import open_file
 from arrowshuffle.readers.integrity import Verify
-from arrowshuffle.readers.layout import file_layout, layout_summary
+from arrowshuffle.readers.layout import dataset_layout, dataset_summary, file_layout, file_summary
 from arrowshuffle.readers.read_cost import read_cost
 from arrowshuffle.readers.storage import resolve
 from arrowshuffle.readers.validate import ValidationReport, validate_file
@@ -335,7 +334,7 @@ def _inspect(args: argparse.Namespace, storage: dict[str, Any], out: TextIO) -> 
     if isinstance(opened, ShuffleDataset):
         return _inspect_dataset(args, opened, out)
     with opened as shuffle_file:
-        summary = layout_summary(shuffle_file)
+        summary = file_summary(shuffle_file)
         if args.plot:
             _plot(file_layout(shuffle_file), args.plot, f"{shuffle_file.url}")
     if args.json:

@@ -1,7 +1,7 @@
 """Heatmaps of a layout: bytes and rows per (region, subpartition) chunk.
 
 Built on the layout tables of :func:`arrowshuffle.readers.layout.file_layout` and
-:func:`arrowshuffle.readers.dataset_layout.dataset_layout`; a dataset's regions are stacked
+:func:`arrowshuffle.readers.layout.dataset_layout`; a dataset's regions are stacked
 file by file. matplotlib is an optional dependency (``pip install 'arrowshuffle[notebooks]'``)
 and is imported only when a figure is drawn. Figures are drawn on matplotlib's Agg canvas,
 without pyplot, so no global backend is changed.

@@ -36,10 +36,10 @@ from arrowshuffle.readers.balance import (
     DEFAULT_TARGET_BYTES,
     PlannedRead,
 )
+from arrowshuffle.readers.byte_ranges import Subpartitions
 from arrowshuffle.readers.dataset import ShuffleDataset, open_dataset, open_shuffle
 from arrowshuffle.readers.file_reader import ShuffleFile, open_file
 from arrowshuffle.readers.integrity import Verify, resolve_verify
-from arrowshuffle.readers.plan import Subpartitions
 from arrowshuffle.readers.scheduler import ReadOptions
 from arrowshuffle.readers.selection import Selection
 

@@ -321,7 +321,7 @@ LAYOUT: list[Cell] = [
         the buffer is full: every subpartition's rows, in subpartition order. The index records
         one chunk per (region, subpartition). This notebook looks at that layout with the same
         library functions that `arrowshuffle inspect` uses (`dataset_layout` and
-        `dataset_summary`; `file_layout` and `layout_summary` for one file), draws it as a
+        `dataset_summary`; `file_layout` and `file_summary` for one file), draws it as a
         heatmap, computes skew statistics, shows what one hot key does to a subpartition and
         to the consumer that reads it, and how a read plan balances the tasks again.
         """,
@@ -346,7 +346,7 @@ LAYOUT: list[Cell] = [
         import arrowshuffle
         from arrowshuffle.cli import main as arrowshuffle_cli
         from arrowshuffle.plot import plot_layout
-        from arrowshuffle.readers.dataset_layout import dataset_layout, dataset_summary
+        from arrowshuffle.readers.layout import dataset_layout, dataset_summary
         """
         + SETUP_OUTPUT
         + """
@@ -742,9 +742,9 @@ READ_COST: list[Cell] = [
         from moto.server import ThreadedMotoServer
 
         from arrowshuffle import ReadOptions, ShuffleFileWriter, open_dataset
-        from arrowshuffle.readers.dataset_layout import dataset_layout
-        from arrowshuffle.writers.dataset_writer import commit_dataset, prepare_directory
         from arrowshuffle.format.naming import new_file_name
+        from arrowshuffle.readers.layout import dataset_layout
+        from arrowshuffle.writers.dataset_writer import commit_dataset, prepare_directory
         """
         + SETUP_OUTPUT
         + """

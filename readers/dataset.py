@@ -20,13 +20,13 @@ from arrowshuffle.format.errors import (
 from arrowshuffle.format.index import encode_partitioner, schema_to_bytes
 from arrowshuffle.format.manifest import MAX_MANIFEST_BYTES, Manifest, ManifestFile, decode_manifest
 from arrowshuffle.format.naming import INDEX_SUFFIX, MANIFEST_NAME
+from arrowshuffle.readers.byte_ranges import Subpartitions
 from arrowshuffle.readers.file_reader import (
     IndexShape,
     ShuffleFile,
     _raise_naming,
     open_file,
 )
-from arrowshuffle.readers.plan import Subpartitions
 from arrowshuffle.readers.read_path import Readable
 from arrowshuffle.readers.scheduler import ReadOptions
 from arrowshuffle.readers.source import ReadStats, RemoteSource

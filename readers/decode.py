@@ -8,7 +8,7 @@ import pyarrow as pa
 
 from arrowshuffle.format.crc import crc32c
 from arrowshuffle.format.errors import ChecksumMismatchError, CorruptFileError
-from arrowshuffle.readers.plan import Chunk, ChunkRange, FetchBlock
+from arrowshuffle.readers.byte_ranges import Chunk, ChunkRange, FetchBlock
 
 
 def verify_chunks(buffer: pa.Buffer, base: int, chunk_range: ChunkRange, url: str) -> None:

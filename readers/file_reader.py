@@ -25,10 +25,7 @@ from arrowshuffle.format.index import (
     decode_meta,
 )
 from arrowshuffle.format.naming import INDEX_SUFFIX
-from arrowshuffle.readers.data_file import check_data_file
-from arrowshuffle.readers.decode import decode_block
-from arrowshuffle.readers.integrity import Verify, resolve_verify
-from arrowshuffle.readers.plan import (
+from arrowshuffle.readers.byte_ranges import (
     ChunkRange,
     FetchBlock,
     Subpartitions,
@@ -38,6 +35,9 @@ from arrowshuffle.readers.plan import (
     plan_run,
     subpartition_runs,
 )
+from arrowshuffle.readers.data_file import check_data_file
+from arrowshuffle.readers.decode import decode_block
+from arrowshuffle.readers.integrity import Verify, resolve_verify
 from arrowshuffle.readers.proof import check_regions, check_run
 from arrowshuffle.readers.read_path import Readable, select_schema
 from arrowshuffle.readers.scheduler import ReadOptions, ReadTask, make_tasks

@@ -29,7 +29,7 @@ def read_cost(dataset: ShuffleDataset, layout: pa.Table) -> dict[str, Any]:
 
     Args:
         dataset: the opened dataset.
-        layout: its :func:`~arrowshuffle.readers.dataset_layout.dataset_layout`.
+        layout: its :func:`~arrowshuffle.readers.layout.dataset_layout`.
 
     Returns:
         ``avg_chunk_bytes`` (non-empty chunks, a broadcast chunk once), ``consumers`` (C),

@@ -32,8 +32,8 @@ from arrowshuffle.readers.balance import (
     SubpartitionSizes,
     plan_reads,
 )
+from arrowshuffle.readers.byte_ranges import Subpartitions, subpartition_runs
 from arrowshuffle.readers.integrity import Verify
-from arrowshuffle.readers.plan import Subpartitions, subpartition_runs
 from arrowshuffle.readers.scheduler import ReadOptions, ReadTask, run_tasks
 from arrowshuffle.readers.selection import EVERYTHING, FileRead, Selection
 

@@ -2,7 +2,7 @@
 
 Every reader (file, dataset, polars) turns its selection into :class:`ReadTask` objects, in the
 order their batches must come out: per file, fetch blocks sorted by offset (see
-:mod:`arrowshuffle.readers.plan`), files in dataset order. :func:`run_tasks` then
+:mod:`arrowshuffle.readers.byte_ranges`), files in dataset order. :func:`run_tasks` then
 
 * runs tasks on object stores on a bounded pool of IO threads, so that many files (and many
   ranges of one file) are fetched at the same time;
@@ -26,7 +26,7 @@ from dataclasses import dataclass
 import pyarrow as pa
 
 from arrowshuffle.format.errors import ChecksumMismatchError, InvalidOptionError
-from arrowshuffle.readers.plan import DEFAULT_MAX_BLOCK, DEFAULT_MAX_GAP, FetchBlock
+from arrowshuffle.readers.byte_ranges import DEFAULT_MAX_BLOCK, DEFAULT_MAX_GAP, FetchBlock
 from arrowshuffle.readers.source import ByteSource, RemoteSource
 
 #: Bytes fetched ahead of the batches handed out.

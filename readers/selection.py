@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from arrowshuffle.format.errors import InvalidOptionError
 from arrowshuffle.readers.assign import consumer_assignment
 from arrowshuffle.readers.balance import PlannedRead
-from arrowshuffle.readers.plan import Subpartitions, subpartition_runs
+from arrowshuffle.readers.byte_ranges import Subpartitions, subpartition_runs
 
 
 @dataclass(frozen=True)

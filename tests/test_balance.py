@@ -17,7 +17,7 @@ from arrowshuffle.readers.balance import (
     plan_reads,
     skew_ratio,
 )
-from arrowshuffle.readers.plan import subpartition_runs
+from arrowshuffle.readers.byte_ranges import subpartition_runs
 
 
 @st.composite

@@ -318,7 +318,7 @@ def test_unexpected_errors_are_one_line_unless_debugging(
     def broken(*args: object) -> None:
         raise RuntimeError("something nobody expected")
 
-    monkeypatch.setattr(cli_module, "layout_summary", broken)
+    monkeypatch.setattr(cli_module, "file_summary", broken)
     monkeypatch.delenv("ARROWSHUFFLE_DEBUG", raising=False)
     assert main(["inspect", GOOD]) == 2
     err = capsys.readouterr().err

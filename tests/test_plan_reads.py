@@ -21,7 +21,7 @@ from hypothesis import HealthCheck, currently_in_test_context, event, given, set
 from hypothesis import strategies as st
 
 from arrowshuffle import PlannedRead, ShuffleDataset, open_dataset
-from arrowshuffle.readers.plan import Subpartitions, subpartition_runs
+from arrowshuffle.readers.byte_ranges import Subpartitions, subpartition_runs
 from arrowshuffle.readers.storage import resolve
 from arrowshuffle.writers.dataset_writer import write_manifest
 

@@ -23,9 +23,9 @@ from dataset_factory import SCHEMA, canonical, expected_rows, make_batch, write_
 from fsspec.implementations.memory import MemoryFileSystem
 
 from arrowshuffle.format.errors import InvalidOptionError, MissingObjectError, ShuffleIOError
+from arrowshuffle.readers.byte_ranges import FetchBlock, coalesce
 from arrowshuffle.readers.dataset import open_dataset
 from arrowshuffle.readers.file_reader import INDEX_PREFIX_BYTES, open_file
-from arrowshuffle.readers.plan import FetchBlock, coalesce
 from arrowshuffle.readers.scheduler import ReadOptions, ReadTask, run_tasks
 from arrowshuffle.writers.file_writer import ShuffleFileWriter
 

@@ -1,4 +1,4 @@
-"""Read planning: selections into runs, runs into byte ranges, ranges into fetch blocks."""
+"""Byte ranges of a read: selections into runs, runs into chunk ranges, ranges into fetch blocks."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from arrowshuffle.format.errors import InvalidOptionError
 from arrowshuffle.format.index import ENTRY_DTYPE
-from arrowshuffle.readers.plan import (
+from arrowshuffle.readers.byte_ranges import (
     Chunk,
     ChunkRange,
     coalesce,

@@ -1,4 +1,4 @@
-"""Read planning: which byte ranges of a data file serve a set of subpartitions.
+"""Byte ranges of a read: which ranges of a data file serve a set of subpartitions.
 
 Pure (no IO). For every region, a contiguous run of subpartitions ``[a, b)`` is one byte range
 from the start of ``a``'s chunk to the end of ``b - 1``'s chunk, because chunks are contiguous in
