@@ -76,7 +76,7 @@ def _pad(n: int) -> int:
 
 
 @dataclass(frozen=True)
-class IndexLayout:
+class IndexSections:
     """Byte offsets of the sections of one index, derived from its header fields."""
 
     schema_offset: int
@@ -94,7 +94,7 @@ class IndexLayout:
         partitioner_length: int,
         num_regions: int,
         num_subpartitions: int,
-    ) -> IndexLayout:
+    ) -> IndexSections:
         """Lay out the sections for the given sizes (Python ints, so nothing overflows)."""
         schema_offset = header_size
         partitioner_offset = schema_offset + _pad(schema_length)
@@ -102,7 +102,7 @@ class IndexLayout:
         crcs_offset = regions_offset + num_regions * REGION_DTYPE.itemsize
         entries_offset = crcs_offset + _pad(num_subpartitions * SUBPARTITION_CRC_DTYPE.itemsize)
         trailer_offset = entries_offset + num_subpartitions * num_regions * ENTRY_DTYPE.itemsize
-        return IndexLayout(
+        return IndexSections(
             schema_offset,
             partitioner_offset,
             regions_offset,
@@ -134,7 +134,7 @@ class IndexHeader:
     schema_length: int
     partitioner_length: int
     meta_crc32c: int
-    layout: IndexLayout
+    sections: IndexSections
 
     @property
     def compression(self) -> str:
@@ -259,16 +259,16 @@ def encode_index(
         raise ValueError(f"{len(regions)} regions but entries have {num_regions} columns")
     schema_bytes = schema_to_bytes(schema)
     partitioner_bytes = encode_partitioner(partitioner)
-    layout = IndexLayout.compute(
+    sections = IndexSections.compute(
         HEADER_SIZE, len(schema_bytes), len(partitioner_bytes), num_regions, num_subpartitions
     )
-    out = bytearray(layout.index_length)
-    out[layout.schema_offset : layout.schema_offset + len(schema_bytes)] = schema_bytes
-    out[layout.partitioner_offset : layout.partitioner_offset + len(partitioner_bytes)] = (
+    out = bytearray(sections.index_length)
+    out[sections.schema_offset : sections.schema_offset + len(schema_bytes)] = schema_bytes
+    out[sections.partitioner_offset : sections.partitioner_offset + len(partitioner_bytes)] = (
         partitioner_bytes
     )
     region_bytes = np.ascontiguousarray(regions, dtype=REGION_DTYPE).tobytes()
-    out[layout.regions_offset : layout.regions_offset + len(region_bytes)] = region_bytes
+    out[sections.regions_offset : sections.regions_offset + len(region_bytes)] = region_bytes
     block = num_regions * ENTRY_DTYPE.itemsize
     entry_bytes = entries.tobytes()
     crcs = np.array(
@@ -276,11 +276,11 @@ def encode_index(
         dtype=SUBPARTITION_CRC_DTYPE,
     )
     crc_bytes = crcs.tobytes()
-    out[layout.subpartition_crcs_offset : layout.subpartition_crcs_offset + len(crc_bytes)] = (
+    out[sections.subpartition_crcs_offset : sections.subpartition_crcs_offset + len(crc_bytes)] = (
         crc_bytes
     )
-    out[layout.entries_offset : layout.trailer_offset] = entry_bytes
-    meta_crc = crc32c(bytes(out[HEADER_SIZE : layout.entries_offset]))
+    out[sections.entries_offset : sections.trailer_offset] = entry_bytes
+    meta_crc = crc32c(bytes(out[HEADER_SIZE : sections.entries_offset]))
     total_rows = int(_logical_rows(entries, regions))
     header_without_crc = _HEADER.pack(
         INDEX_MAGIC,
@@ -291,20 +291,20 @@ def encode_index(
         COMPRESSION_BITS[compression],
         file_id,
         data_length,
-        layout.index_length,
+        sections.index_length,
         total_rows,
         num_regions,
         num_subpartitions,
         len(schema_bytes),
         len(partitioner_bytes),
-        layout.entries_offset,
+        sections.entries_offset,
         meta_crc,
         0,
     )
     header_crc = crc32c(header_without_crc[:-4])
     out[:HEADER_SIZE] = header_without_crc[:-4] + struct.pack("<I", header_crc)
-    index_crc = crc32c(bytes(out[: layout.trailer_offset]))
-    out[layout.trailer_offset :] = _TRAILER.pack(index_crc, 0, TRAILER_MAGIC)
+    index_crc = crc32c(bytes(out[: sections.trailer_offset]))
+    out[sections.trailer_offset :] = _TRAILER.pack(index_crc, 0, TRAILER_MAGIC)
     return bytes(out)
 
 
@@ -394,13 +394,13 @@ def decode_header(data: bytes | memoryview, *, object_size: int | None = None) -
             f"header declares {num_subpartitions} subpartitions, expected 1 to {MAX_SUBPARTITIONS}",
             rule="V4",
         )
-    layout = IndexLayout.compute(
+    sections = IndexSections.compute(
         header_size, schema_length, partitioner_length, num_regions, num_subpartitions
     )
-    if layout.entries_offset != entries_offset or layout.index_length != index_length:
+    if sections.entries_offset != entries_offset or sections.index_length != index_length:
         raise CorruptFileError(
             f"header sizes do not add up: declared entries offset {entries_offset} and length "
-            f"{index_length}, computed {layout.entries_offset} and {layout.index_length}",
+            f"{index_length}, computed {sections.entries_offset} and {sections.index_length}",
             rule="V4",
         )
     if object_size is not None and object_size != index_length:
@@ -422,7 +422,7 @@ def decode_header(data: bytes | memoryview, *, object_size: int | None = None) -
         schema_length=schema_length,
         partitioner_length=partitioner_length,
         meta_crc32c=meta_crc,
-        layout=layout,
+        sections=sections,
     )
 
 
@@ -433,14 +433,14 @@ def decode_meta(header: IndexHeader, data: bytes | memoryview) -> IndexMeta:
         FormatError: V4 if ``data`` is short, V5 on a checksum mismatch, V7 if the schema or
             the partitioner spec does not decode.
     """
-    layout = header.layout
+    sections = header.sections
     view = memoryview(data)
-    if len(view) < layout.entries_offset:
+    if len(view) < sections.entries_offset:
         raise CorruptFileError(
-            f"index metadata is truncated: need {layout.entries_offset} bytes, found {len(view)}",
+            f"index metadata is truncated: need {sections.entries_offset} bytes, found {len(view)}",
             rule="V4",
         )
-    meta_bytes = view[HEADER_SIZE : layout.entries_offset].tobytes()
+    meta_bytes = view[HEADER_SIZE : sections.entries_offset].tobytes()
     actual = crc32c(meta_bytes)
     if actual != header.meta_crc32c:
         raise ChecksumMismatchError(
@@ -449,10 +449,10 @@ def decode_meta(header: IndexHeader, data: bytes | memoryview) -> IndexMeta:
             rule="V5",
         )
     schema = schema_from_bytes(
-        view[layout.schema_offset : layout.schema_offset + header.schema_length]
+        view[sections.schema_offset : sections.schema_offset + header.schema_length]
     )
     raw_partitioner = view[
-        layout.partitioner_offset : layout.partitioner_offset + header.partitioner_length
+        sections.partitioner_offset : sections.partitioner_offset + header.partitioner_length
     ].tobytes()
     try:
         partitioner = json.loads(raw_partitioner)
@@ -464,12 +464,12 @@ def decode_meta(header: IndexHeader, data: bytes | memoryview) -> IndexMeta:
             rule="V7",
         )
     regions = np.frombuffer(
-        view[layout.regions_offset : layout.subpartition_crcs_offset],
+        view[sections.regions_offset : sections.subpartition_crcs_offset],
         dtype=REGION_DTYPE,
     )
     crcs = np.frombuffer(
         view[
-            layout.subpartition_crcs_offset : layout.subpartition_crcs_offset
+            sections.subpartition_crcs_offset : sections.subpartition_crcs_offset
             + header.num_subpartitions * SUBPARTITION_CRC_DTYPE.itemsize
         ],
         dtype=SUBPARTITION_CRC_DTYPE,
@@ -527,12 +527,12 @@ def decode_index(data: bytes | memoryview) -> ShuffleIndex:
     # Same order as a ranged reader: header, metadata, entry blocks, then the whole-index
     # checksum, so that a damaged byte is reported under the same rule locally and remotely.
     header = decode_header(view, object_size=len(view))
-    trailer_at = header.layout.trailer_offset
+    trailer_at = header.sections.trailer_offset
     meta = decode_meta(header, view)
     entries = decode_entries(
         header,
         meta,
-        view[header.layout.entries_offset : trailer_at],
+        view[header.sections.entries_offset : trailer_at],
         0,
         header.num_subpartitions,
     )
@@ -549,7 +549,7 @@ def check_trailer(header: IndexHeader, data: bytes | memoryview) -> int:
         The trailer's reserved word.
     """
     view = memoryview(data)
-    trailer_at = header.layout.trailer_offset
+    trailer_at = header.sections.trailer_offset
     index_crc, reserved, magic = _TRAILER.unpack(view[trailer_at : trailer_at + TRAILER_SIZE])
     if magic != TRAILER_MAGIC:
         raise CorruptFileError(

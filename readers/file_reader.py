@@ -16,8 +16,8 @@ from arrowshuffle.format.index import (
     HEADER_SIZE,
     REGION_BROADCAST,
     IndexHeader,
-    IndexLayout,
     IndexMeta,
+    IndexSections,
     check_trailer,
     decode_entries,
     decode_header,
@@ -73,7 +73,7 @@ _LISTING_RULES = frozenset({"M4", "M7"})
 
 @dataclass(frozen=True)
 class IndexShape:
-    """What a listing (a manifest) says about an index: enough to predict its layout."""
+    """What a listing (a manifest) says about an index: enough to know where its sections lie."""
 
     num_regions: int
     num_subpartitions: int
@@ -81,9 +81,9 @@ class IndexShape:
     partitioner_length: int
 
     @property
-    def layout(self) -> IndexLayout:
+    def sections(self) -> IndexSections:
         """The section offsets an index of this shape has."""
-        return IndexLayout.compute(
+        return IndexSections.compute(
             HEADER_SIZE,
             self.schema_length,
             self.partitioner_length,
@@ -220,11 +220,11 @@ class ShuffleFile(Readable):
             self._install_full_index(_assemble(segments, 0, size))
             return
         self.header = decode_header(memoryview(segments[0][1]), object_size=size)
-        needs = _index_needs(self.header.layout, self.num_regions, self.num_subpartitions, want)
+        needs = _index_needs(self.header.sections, self.num_regions, self.num_subpartitions, want)
         missing = [(_reach(segments, b, e), e) for b, e in needs]
         wanted = merge_ranges([(b, e) for b, e in missing if b < e], max_gap=INDEX_MERGE_GAP)
         segments += self._fetch_index([(m.begin, m.end) for m in wanted])
-        meta_end = self.header.layout.entries_offset
+        meta_end = self.header.sections.entries_offset
         self.meta = decode_meta(self.header, memoryview(_assemble(segments, 0, meta_end)))
         self._index_bytes = _assemble(segments, 0, _reach(segments, 0, self.header.index_length))
         for begin, end in needs[1:]:
@@ -240,7 +240,7 @@ class ShuffleFile(Readable):
         """
         view = memoryview(data)
         self.header = decode_header(view, object_size=data.size)
-        self.meta = decode_meta(self.header, view[: self.header.layout.entries_offset])
+        self.meta = decode_meta(self.header, view[: self.header.sections.entries_offset])
         check_trailer(self.header, view)
         self._index_bytes = data
 
@@ -260,7 +260,7 @@ class ShuffleFile(Readable):
         """
         end = min(size, INDEX_PREFIX_BYTES)
         if shape is not None:
-            needs = _index_needs(shape.layout, shape.num_regions, shape.num_subpartitions, want)
+            needs = _index_needs(shape.sections, shape.num_regions, shape.num_subpartitions, want)
             first = merge_ranges([(0, end), *needs], max_gap=INDEX_MERGE_GAP)[0]  # from 0
             end = max(end, min(first.end, size, FIRST_FETCH_LIMIT))
         prefix = self._index_source.read_prefix(end)
@@ -311,7 +311,7 @@ class ShuffleFile(Readable):
         block = self.num_regions * ENTRY_DTYPE.itemsize
         if block == 0:
             return
-        first = (begin - self.header.layout.entries_offset) // block
+        first = (begin - self.header.sections.entries_offset) // block
         count = data.size // block
         source = self._index_source
         attempt = 0
@@ -339,13 +339,13 @@ class ShuffleFile(Readable):
 
         Missing runs close together are fetched as one range; all ranges in one call.
         """
-        layout = self.header.layout
+        sections = self.header.sections
         absent_ranges: list[tuple[int, int]] = []
         for run in runs:
             absent = [s for s in run if s not in self._entries]
             if absent:
                 absent_ranges.append(
-                    layout.entry_range(self.num_regions, absent[0], absent[-1] + 1)
+                    sections.entry_range(self.num_regions, absent[0], absent[-1] + 1)
                 )
         merged = merge_ranges(absent_ranges, max_gap=INDEX_MERGE_GAP)
         missing = [(m.begin, m.end) for m in merged]
@@ -623,10 +623,10 @@ def _same_buffers(a: Sequence[pa.Buffer], b: Sequence[pa.Buffer]) -> bool:
 
 
 def _index_needs(
-    layout: IndexLayout, num_regions: int, num_subpartitions: int, want: Subpartitions | None
+    sections: IndexSections, num_regions: int, num_subpartitions: int, want: Subpartitions | None
 ) -> list[tuple[int, int]]:
     """Index byte ranges a read of ``want`` needs: the metadata, then the entry slice."""
-    needs = [(0, layout.entries_offset)]
+    needs = [(0, sections.entries_offset)]
     if want is not None:
         runs = subpartition_runs(want, num_subpartitions)
         if runs:
@@ -634,7 +634,7 @@ def _index_needs(
             # can prove the run's first and last chunks against them.
             start = max(0, runs[0].start - 1)
             stop = min(num_subpartitions, runs[-1].stop + 1)
-            needs.append(layout.entry_range(num_regions, start, stop))
+            needs.append(sections.entry_range(num_regions, start, stop))
     return needs
 
 

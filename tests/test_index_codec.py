@@ -211,7 +211,7 @@ def test_encode_decode_round_trip(
     # Any contiguous subpartition range is one byte slice that decodes alone.
     start = data.draw(st.integers(0, num_subpartitions))
     stop = data.draw(st.integers(start, num_subpartitions))
-    begin, end = header.layout.entry_range(num_regions, start, stop)
+    begin, end = header.sections.entry_range(num_regions, start, stop)
     piece = decode_entries(header, index.meta, encoded[begin:end], start, stop)
     np.testing.assert_array_equal(piece, entries[start:stop])
 
@@ -222,7 +222,7 @@ def test_zero_regions_round_trip() -> None:
     assert index.num_regions == 0
     assert index.entries.shape == (7, 0)
     assert index.header.total_rows == 0
-    begin, end = index.header.layout.entry_range(0, 2, 5)
+    begin, end = index.header.sections.entry_range(0, 2, 5)
     assert begin == end
     assert decode_entries(index.header, index.meta, b"", 2, 5).shape == (3, 0)
 
@@ -239,7 +239,7 @@ def test_header_and_meta_decode_from_a_prefix() -> None:
     """A remote reader decodes the header and metadata without the entries."""
     encoded = encode(num_subpartitions=50, num_regions=4)
     header = decode_header(encoded[:HEADER_SIZE], object_size=len(encoded))
-    meta = decode_meta(header, encoded[: header.layout.entries_offset])
+    meta = decode_meta(header, encoded[: header.sections.entries_offset])
     assert meta.schema.equals(SCHEMA)
     assert len(meta.regions) == 4
     assert len(meta.subpartition_crcs) == 50
@@ -409,7 +409,7 @@ def test_damaged_entries_are_v6() -> None:
     encoded = encode(num_subpartitions=6, num_regions=3)
     header = decode_header(encoded, object_size=len(encoded))
     meta = decode_meta(header, encoded)
-    begin, end = header.layout.entry_range(3, 4, 5)
+    begin, end = header.sections.entry_range(3, 4, 5)
     buf = bytearray(encoded)
     buf[begin + 3] ^= 0x10
     expect(buf, "V6", ChecksumMismatchError)
@@ -417,7 +417,7 @@ def test_damaged_entries_are_v6() -> None:
         decode_entries(header, meta, bytes(buf[begin:end]), 4, 5)
     assert info.value.rule == "V6"
     # Other subpartitions' slices are still good: damage stays local to one block.
-    good_begin, good_end = header.layout.entry_range(3, 0, 4)
+    good_begin, good_end = header.sections.entry_range(3, 0, 4)
     decode_entries(header, meta, bytes(buf[good_begin:good_end]), 0, 4)
 
 
@@ -431,7 +431,7 @@ def test_entry_slice_of_wrong_size_is_v4() -> None:
     encoded = encode(num_subpartitions=6, num_regions=3)
     header = decode_header(encoded, object_size=len(encoded))
     meta = decode_meta(header, encoded)
-    begin, end = header.layout.entry_range(3, 1, 3)
+    begin, end = header.sections.entry_range(3, 1, 3)
     for piece in (encoded[begin : end - 1], encoded[begin : end + 32], b""):
         with pytest.raises(CorruptFileError) as info:
             decode_entries(header, meta, piece, 1, 3)
