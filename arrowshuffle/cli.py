@@ -61,8 +61,8 @@ from arrowshuffle.readers.read_cost import read_cost
 from arrowshuffle.readers.storage import resolve
 from arrowshuffle.readers.validate import ValidationReport, validate_file
 from arrowshuffle.readers.validate_dataset import DatasetReport, is_dataset, validate_dataset
+from arrowshuffle.writers.compact import DEFAULT_MEMORY as DEFAULT_COMPACT_MEMORY
 from arrowshuffle.writers.compact import DEFAULT_TARGET_FILE_SIZE, compact
-from arrowshuffle.writers.merge import DEFAULT_MEMORY as DEFAULT_COMPACT_MEMORY
 from arrowshuffle.writers.vacuum import DEFAULT_OLDER_THAN, vacuum
 
 EXIT_OK = 0

@@ -27,6 +27,7 @@ from arrowshuffle.readers.storage import Location, resolve
 from arrowshuffle.writers import dataset_writer
 from arrowshuffle.writers.dataset_writer import (
     abort_dataset,
+    check_commit,
     commit_dataset,
     normalize_mode,
     prepare_directory,
@@ -121,6 +122,26 @@ def test_overwrite_replaces_the_dataset_and_removes_old_files(directory, tmp_pat
     assert {f.data for f in manifest.files} == {os.path.basename(w.data_url) for w in files_b}
     assert names(tmp_path / "ds") == file_names(files_b) | {MANIFEST_NAME}
     assert jobs_read(directory.url) == {job_b: 12}
+
+
+def test_a_written_file_says_what_the_manifest_needs_and_survives_json(directory):
+    _, (written, *_) = write_job(directory, tasks=1)
+    assert written.schema.equals(SCHEMA) and written.partitioner == SPEC
+    assert WrittenFile.from_json(written.to_json()) == written
+
+
+def test_check_commit_refuses_before_anything_is_written(directory):
+    job, files = write_job(directory)
+    commit(directory, job, files, "overwrite")
+    common = {"num_subpartitions": N, "partitioner": SPEC}
+    check_commit(directory, schema=SCHEMA, mode="append", **common)
+    check_commit(directory, schema=pa.schema([("x", pa.int8())]), mode="overwrite", **common)
+    with pytest.raises(SchemaMismatchError, match="cannot append"):
+        check_commit(directory, schema=pa.schema([("x", pa.int8())]), mode="append", **common)
+    with pytest.raises(InvalidOptionError, match="already exists"):
+        check_commit(directory, schema=SCHEMA, mode="errorifexists", **common)
+    with pytest.raises(InvalidOptionError, match="mode must be one of"):
+        check_commit(directory, schema=SCHEMA, mode="sideways", **common)
 
 
 def test_overwrite_keeps_old_files_until_the_new_manifest_is_in_place(

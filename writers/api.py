@@ -15,13 +15,11 @@ import pyarrow as pa
 
 from arrowshuffle.format.errors import InvalidOptionError
 from arrowshuffle.format.manifest import Manifest
-from arrowshuffle.format.naming import INDEX_SUFFIX, new_file_name
+from arrowshuffle.format.naming import new_file_name
 from arrowshuffle.format.partitioners import PARTITIONER_NAMES, Partitioner, make_partitioner
-from arrowshuffle.readers.file_reader import ShuffleFile
 from arrowshuffle.writers.dataset_writer import commit_dataset, prepare_directory
 from arrowshuffle.writers.file_writer import DEFAULT_MAX_BATCH_ROWS, ShuffleFileWriter, WrittenFile
 from arrowshuffle.writers.memory_pool import MemoryPool
-from arrowshuffle.writers.output import remove_quietly
 
 #: The partitioner used when neither ``partitioner`` nor ``by`` is given (Spark's
 #: ``repartition(n)`` and Flink's rebalance).
@@ -124,21 +122,14 @@ def write_dataset(
         storage_options=storage_options,
         **write_options,
     )
-    try:
-        with ShuffleFile(location) as shuffle_file:
-            schema, spec = shuffle_file.schema, shuffle_file.partitioner
-        return commit_dataset(
-            directory,
-            [written],
-            schema=schema,
-            num_subpartitions=num_subpartitions,
-            partitioner=spec,
-            mode=mode,
-        )
-    except BaseException:
-        remove_quietly(location.sibling(INDEX_SUFFIX))
-        remove_quietly(location)
-        raise
+    return commit_dataset(
+        directory,
+        [written],
+        schema=written.schema,
+        num_subpartitions=num_subpartitions,
+        partitioner=written.partitioner,
+        mode=mode,
+    )
 
 
 def _partitioner(

@@ -42,14 +42,28 @@ from arrowshuffle.format.naming import new_file_name, new_job_id
 from arrowshuffle.format.notation import parse_bytes
 from arrowshuffle.readers.storage import Location, resolve
 from arrowshuffle.writers.dataset_writer import (
-    _manifest_file,
     abort_dataset,
+    manifest_entry,
     read_manifest,
     write_manifest,
 )
 from arrowshuffle.writers.file_writer import WrittenFile
 from arrowshuffle.writers.merge import DEFAULT_MEMORY, CompactionGroup, Progress, merge_group
 from arrowshuffle.writers.output import remove_quietly
+
+__all__ = [
+    "DEFAULT_MEMORY",
+    "DEFAULT_TARGET_FILE_SIZE",
+    "CompactionGroup",
+    "CompactionJob",
+    "CompactionReport",
+    "Progress",
+    "commit_compaction",
+    "compact",
+    "merge_group",
+    "plan_groups",
+    "start_compaction",
+]
 
 DEFAULT_TARGET_FILE_SIZE = "1GiB"
 
@@ -155,7 +169,7 @@ def commit_compaction(
         files: list[ManifestFile] = []
         for group in groups:
             if group.index in outputs:
-                files.append(_manifest_file(directory, outputs[group.index]))
+                files.append(manifest_entry(directory, outputs[group.index]))
             else:
                 files.extend(before.files[i] for i in group.files)
         _check_totals(before, groups, outputs)
@@ -260,7 +274,7 @@ def compact(
             outputs[group.index] = written
             bytes_read += read
     except BaseException:
-        abort_dataset(job.directory, list(outputs.values()), job_id=job_id)
+        job.abort(outputs, job_id=job_id)
         raise
     return job.finish(outputs, bytes_read, job_id=job_id, progress=progress)
 
@@ -318,6 +332,10 @@ class CompactionJob:
             self.directory, self.before, self.groups, outputs, job_id=job_id, progress=progress
         )
         return self.report(outputs=outputs, bytes_read=bytes_read)
+
+    def abort(self, outputs: dict[int, WrittenFile], *, job_id: str) -> None:
+        """Remove the files merged so far and every other file of ``job_id``; keep the dataset."""
+        abort_dataset(self.directory, list(outputs.values()), job_id=job_id)
 
 
 def start_compaction(

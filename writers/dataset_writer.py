@@ -16,6 +16,11 @@ Protocol of one job:
 3. a failed job calls :func:`abort_dataset`: the previous manifest stays, files of the job go.
 
 Two jobs must not commit to one dataset at the same time: the last manifest wins.
+
+The commit API, for every writer of datasets (``write_dataset``, compaction, the Spark source):
+:func:`prepare_directory`, :func:`read_manifest`, :func:`check_commit` (refuse a commit before
+any file is written), :func:`commit_dataset`, :func:`abort_dataset`, and for writers that build
+the manifest themselves (compaction) :func:`manifest_entry` and :func:`write_manifest`.
 """
 
 from __future__ import annotations
@@ -38,7 +43,6 @@ from arrowshuffle.format.manifest import (
     encode_manifest,
 )
 from arrowshuffle.format.naming import (
-    INDEX_SUFFIX,
     MANIFEST_NAME,
     check_job_id,
     is_part_name,
@@ -47,6 +51,21 @@ from arrowshuffle.format.naming import (
 from arrowshuffle.readers.storage import Location, read_bytes, resolve, storage_errors
 from arrowshuffle.writers.file_writer import WrittenFile
 from arrowshuffle.writers.output import AtomicOutput, remove_quietly
+
+__all__ = [
+    "MODE_ALIASES",
+    "SAVE_MODES",
+    "abort_dataset",
+    "check_append",
+    "check_commit",
+    "commit_dataset",
+    "manifest_entry",
+    "normalize_mode",
+    "prepare_directory",
+    "read_manifest",
+    "remove_unlisted",
+    "write_manifest",
+]
 
 SAVE_MODES = ("overwrite", "append", "error", "ignore")
 #: Other spellings of the save modes, as Spark users write them.
@@ -71,7 +90,12 @@ def read_manifest(directory: Location) -> Manifest | None:
     return decode_manifest(read_bytes(location))
 
 
-def _manifest_file(directory: Location, written: WrittenFile) -> ManifestFile:
+def manifest_entry(directory: Location, written: WrittenFile) -> ManifestFile:
+    """How the manifest of ``directory`` lists a written file.
+
+    Raises:
+        InvalidOptionError: the file is not directly inside ``directory``.
+    """
     data_name = posixpath.basename(written.data_url)
     index_name = posixpath.basename(written.index_url)
     if directory.child(data_name).url.rstrip("/") != written.data_url.rstrip("/"):
@@ -133,7 +157,7 @@ def commit_dataset(
         check_job_id(job_id)
     written = list(written)
     try:
-        new_files = [_manifest_file(directory, w) for w in written]
+        new_files = [manifest_entry(directory, w) for w in written]
         previous = read_manifest(directory)
         if previous is not None and mode in ("error", "ignore"):
             if mode == "ignore":
@@ -165,6 +189,34 @@ def commit_dataset(
         # Leftovers of this job's failed or speculative attempts; other jobs' files stay.
         remove_unlisted(directory, manifest, job_id=job_id)
     return manifest
+
+
+def check_commit(
+    directory: Location,
+    *,
+    schema: pa.Schema,
+    num_subpartitions: int,
+    partitioner: dict[str, Any],
+    mode: str,
+) -> None:
+    """Refuse now a commit that :func:`commit_dataset` would refuse, before files are written.
+
+    Raises:
+        InvalidOptionError: an unknown mode, an existing dataset with ``error``, or an
+            ``append`` to a dataset with another subpartition count or partitioner.
+        SchemaMismatchError: an ``append`` of data with another schema.
+    """
+    mode = normalize_mode(mode)
+    if mode not in ("append", "error"):
+        return
+    previous = read_manifest(directory)
+    if previous is None:
+        return
+    if mode == "error":
+        raise InvalidOptionError(
+            f"dataset {directory.url} already exists; use mode 'overwrite' or 'append'"
+        )
+    check_append(previous, schema, num_subpartitions, partitioner, directory.url)
 
 
 def _totals(
@@ -268,11 +320,6 @@ def write_manifest(directory: Location, manifest: Manifest) -> None:
     else:
         with storage_errors(location.url, "writing"):
             location.fs.pipe_file(location.path, payload)
-
-
-def _remove_pair(directory: Location, data_name: str) -> None:
-    remove_quietly(directory.child(data_name))
-    remove_quietly(directory.child(data_name + INDEX_SUFFIX))
 
 
 def _listed_names(manifest: Manifest | None) -> set[str]:

@@ -10,6 +10,9 @@ their final names only when the writer closes without error.
 
 from __future__ import annotations
 
+import base64
+import dataclasses
+import json
 import os
 import uuid
 import weakref
@@ -51,7 +54,7 @@ MIN_INPUT_SLICE_ROWS = 16 * 1024
 
 @dataclass(frozen=True)
 class WrittenFile:
-    """What a closed writer published."""
+    """What a closed writer published: where, how big, and what a manifest must say of it."""
 
     data_url: str
     index_url: str
@@ -60,10 +63,29 @@ class WrittenFile:
     rows: int
     regions: int
     index_crc32c: int
+    #: The Arrow schema of the file, as its index stores it.
+    schema: pa.Schema
+    #: The partitioner spec its index records.
+    partitioner: dict[str, Any] = dataclasses.field(hash=False)
     #: Chunk bytes and rows of each subpartition summed over regions (a broadcast chunk
     #: counted for every subpartition): what a dataset's manifest adds up for read plans.
     subpartition_bytes: tuple[int, ...] = ()
     subpartition_rows: tuple[int, ...] = ()
+
+    def to_json(self) -> str:
+        """This report as JSON text (the schema as base64 Arrow IPC), for :meth:`from_json`."""
+        doc = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        doc["schema"] = base64.b64encode(self.schema.serialize().to_pybytes()).decode("ascii")
+        return json.dumps(doc)
+
+    @classmethod
+    def from_json(cls, text: str) -> WrittenFile:
+        """The report :meth:`to_json` wrote."""
+        doc = json.loads(text)
+        doc["schema"] = pa.ipc.read_schema(pa.py_buffer(base64.b64decode(doc["schema"])))
+        for key in ("subpartition_bytes", "subpartition_rows"):
+            doc[key] = tuple(doc[key])
+        return cls(**doc)
 
 
 def check_schema(schema: pa.Schema) -> pa.Schema:
@@ -413,9 +435,10 @@ class ShuffleFileWriter:
                 if self._entries
                 else np.zeros((self.num_subpartitions, 0), dtype=ENTRY_DTYPE)
             )
+            spec = self._partitioner.spec() if self._partitioner else {"name": "explicit"}
             index_bytes = encode_index(
                 schema=self.schema,
-                partitioner=self._partitioner.spec() if self._partitioner else {"name": "explicit"},
+                partitioner=spec,
                 file_id=self._file_id,
                 data_length=data_size,
                 regions=region_table,
@@ -446,6 +469,8 @@ class ShuffleFileWriter:
             rows=self._rows,
             regions=len(self._regions),
             index_crc32c=index_checksum(index_bytes),
+            schema=self.schema,
+            partitioner=dict(spec),
             subpartition_bytes=tuple(entries["length"].sum(axis=1, dtype=np.uint64).tolist()),
             subpartition_rows=tuple(entries["rows"].sum(axis=1, dtype=np.uint64).tolist()),
         )

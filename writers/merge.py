@@ -402,6 +402,8 @@ def merge_group(
         rows=sum(f.rows for f in files),
         regions=len(writer.regions),
         index_crc32c=index_checksum(index_bytes),
+        schema=schema,
+        partitioner=dict(partitioner),
         subpartition_bytes=tuple(entries["length"].sum(axis=1, dtype=np.uint64).tolist()),
         subpartition_rows=tuple(entries["rows"].sum(axis=1, dtype=np.uint64).tolist()),
     )

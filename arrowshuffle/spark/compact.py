@@ -10,7 +10,6 @@ job removes the files of its tasks and leaves the dataset as it was.
 from __future__ import annotations
 
 import dataclasses
-import json
 from collections.abc import Iterator
 from typing import Any
 
@@ -20,13 +19,13 @@ from arrowshuffle.format.manifest import ManifestFile
 from arrowshuffle.format.naming import new_file_name, new_job_id
 from arrowshuffle.readers.storage import resolve
 from arrowshuffle.writers.compact import (
+    DEFAULT_MEMORY,
     DEFAULT_TARGET_FILE_SIZE,
     CompactionReport,
+    merge_group,
     start_compaction,
 )
-from arrowshuffle.writers.dataset_writer import abort_dataset
 from arrowshuffle.writers.file_writer import WrittenFile
-from arrowshuffle.writers.merge import DEFAULT_MEMORY, merge_group
 
 _RESULT_SCHEMA = "group long, written string, bytes_read long"
 
@@ -94,7 +93,7 @@ def compact(
                 yield pa.record_batch(
                     {
                         "group": [task["group"]],
-                        "written": [json.dumps(dataclasses.asdict(written))],
+                        "written": [written.to_json()],
                         "bytes_read": [read],
                     }
                 )
@@ -105,12 +104,9 @@ def compact(
         # range() with as many partitions as rows: one task per group.
         frame = spark.range(0, len(tasks), 1, len(tasks)).mapInArrow(run, _RESULT_SCHEMA)
         for row in frame.collect():
-            doc = json.loads(row["written"])
-            for key in ("subpartition_bytes", "subpartition_rows"):
-                doc[key] = tuple(doc[key])
-            outputs[int(row["group"])] = WrittenFile(**doc)
+            outputs[int(row["group"])] = WrittenFile.from_json(row["written"])
             bytes_read += int(row["bytes_read"])
     except BaseException:
-        abort_dataset(directory, list(outputs.values()), job_id=job_id)
+        job.abort(outputs, job_id=job_id)
         raise
     return job.finish(outputs, bytes_read, job_id=job_id)

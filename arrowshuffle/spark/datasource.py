@@ -60,12 +60,7 @@ from arrowshuffle.spark.options import (
 )
 from arrowshuffle.spark.pruning import prune
 from arrowshuffle.spark.types import conform, spark_arrow_schema, spark_schema, writer_arrow_schema
-from arrowshuffle.writers.dataset_writer import (
-    abort_dataset,
-    check_append,
-    commit_dataset,
-    read_manifest,
-)
+from arrowshuffle.writers.dataset_writer import abort_dataset, check_commit, commit_dataset
 from arrowshuffle.writers.file_writer import ShuffleFileWriter, WrittenFile
 
 # --------------------------------------------------------------------------------- writing
@@ -168,20 +163,20 @@ class ArrowShuffleWriter(DataSourceArrowWriter):
                 f"the {options.partitioner} partitioner sends every row to every subpartition: "
                 "it takes no subpartition_column"
             )
-        directory = self._directory()
-        if not overwrite:
-            previous = read_manifest(directory)
-            if previous is not None:
-                check_append(
-                    previous,
-                    self.schema,
-                    options.num_subpartitions,
-                    self.partitioner_spec,
-                    directory.url,
-                )
+        check_commit(
+            self._directory(),
+            schema=self.schema,
+            num_subpartitions=options.num_subpartitions,
+            partitioner=self.partitioner_spec,
+            mode=self._mode,
+        )
 
     def _directory(self) -> Location:
         return resolve(self.options.path, self.options.storage_options)
+
+    @property
+    def _mode(self) -> str:
+        return "overwrite" if self.overwrite else "append"
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> ShuffleCommitMessage:
         """Write this task's rows to one new data/index pair (nothing for an empty task)."""
@@ -245,7 +240,7 @@ class ArrowShuffleWriter(DataSourceArrowWriter):
             schema=self.schema,
             num_subpartitions=self.options.num_subpartitions,
             partitioner=self.partitioner_spec,
-            mode="overwrite" if self.overwrite else "append",
+            mode=self._mode,
             properties={"writer": "spark", "job_id": self.job_id},
             job_id=self.job_id,
         )
