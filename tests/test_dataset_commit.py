@@ -21,7 +21,7 @@ from arrowshuffle.format.errors import (
     SchemaMismatchError,
     ShuffleIOError,
 )
-from arrowshuffle.format.naming import MANIFEST_NAME, new_file_name, new_job_id
+from arrowshuffle.format.naming import MANIFEST_NAME, new_file_name, new_job_id, temp_name
 from arrowshuffle.readers.dataset import open_dataset
 from arrowshuffle.readers.storage import Location, resolve
 from arrowshuffle.writers import dataset_writer
@@ -299,7 +299,7 @@ def test_abort_removes_the_jobs_files_and_temporaries_but_not_the_dataset(direct
     before = (tmp_path / "ds" / MANIFEST_NAME).read_bytes()
     job_b, files_b = write_job(directory)
     # What a killed task leaves: a temporary data file, and a data file without its index.
-    killed = tmp_path / "ds" / f".{new_file_name(7, job_id=job_b)}.0123abcd.tmp"
+    killed = tmp_path / "ds" / temp_name(new_file_name(7, job_id=job_b))
     killed.write_bytes(b"partial")
     orphan = tmp_path / "ds" / new_file_name(8, job_id=job_b)
     orphan.write_bytes(b"no index")
