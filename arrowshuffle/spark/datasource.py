@@ -419,8 +419,9 @@ class ArrowShuffleReader(DataSourceReader):
         if isinstance(partition, SubpartitionSelection) and not partition.subpartitions:
             return
         if not isinstance(partition, (PlannedPartition, SubpartitionSelection)):
-            raise TypeError(
-                f"the arrowshuffle reader reads its own partitions, found {partition!r}"
+            raise InvalidOptionError(
+                "the arrowshuffle reader reads its own partitions (a planned task or a "
+                f"subpartition selection), found {type(partition).__name__}"
             )
         dataset = open_dataset(self.options.path, self.options.storage_options)
         files = tuple(f.data for f in dataset.manifest.files)
