@@ -190,7 +190,13 @@ def select_reads(
     if consumer is None and num_consumers is None:
         if subpartitions is not None:
             if not isinstance(subpartitions, (int, range)):
-                subpartitions = list(subpartitions)  # an iterator must serve every file
+                try:
+                    subpartitions = list(subpartitions)  # an iterator must serve every file
+                except TypeError as exc:  # neither an int nor an iterable
+                    raise InvalidOptionError(
+                        "subpartitions must be an int, a range or a list of ints, "
+                        f"found {type(subpartitions).__name__}"
+                    ) from exc
             subpartition_runs(subpartitions, num_subpartitions)  # refuse bad ids up front
         return [(f, subpartitions) for f in range(num_files)]
     if subpartitions is not None:

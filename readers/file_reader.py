@@ -135,6 +135,10 @@ class ShuffleFile(Readable):
         options: ReadOptions | None = None,
     ) -> None:
         self.location = location
+        if options is not None and not isinstance(options, ReadOptions):
+            raise InvalidOptionError(
+                f"options must be a ReadOptions, found {type(options).__name__}"
+            )
         self.options = options or ReadOptions()
         self.index_location = location.sibling(INDEX_SUFFIX)
         # The index's size is learnt from the index itself: a listed size is checked, not
@@ -487,6 +491,10 @@ class ShuffleFile(Readable):
         regions: range | None = None,
     ) -> list[FetchBlock]:
         """The ranged reads a read of ``subpartitions`` issues: planned, sorted, coalesced."""
+        if options is not None and not isinstance(options, ReadOptions):
+            raise InvalidOptionError(
+                f"options must be a ReadOptions, found {type(options).__name__}"
+            )
         options = options or self.options
         ranges = self.chunk_ranges(subpartitions, verify=verify, regions=regions)
         return coalesce(ranges, max_gap=options.max_gap, max_block=options.max_block)
@@ -525,6 +533,10 @@ class ShuffleFile(Readable):
         the chunks of an object store and not those of a local memory-mapped file.
         """
         check = resolve_verify(verify, remote=not self.location.is_local)
+        if options is not None and not isinstance(options, ReadOptions):
+            raise InvalidOptionError(
+                f"options must be a ReadOptions, found {type(options).__name__}"
+            )
         options = options or self.options
         select = None if columns is None else list(columns)
         if select is not None:

@@ -16,7 +16,7 @@ fetch blocks, grouped into fetch tasks and run by the read scheduler, with the t
 from __future__ import annotations
 
 import abc
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, TypeVar
@@ -219,6 +219,10 @@ class Readable(abc.ABC):
 
         Tasks come in output order: file by file, and within a file in file order.
         """
+        if options is not None and not isinstance(options, ReadOptions):
+            raise InvalidOptionError(
+                f"options must be a ReadOptions, found {type(options).__name__}"
+            )
         options = options or self.options
 
         def prepare(read: FileRead) -> list[ReadTask]:
@@ -279,6 +283,10 @@ class Readable(abc.ABC):
             options: the tuning of this read (coalescing, memory, IO threads); by default the
                 one given at open.
         """
+        if options is not None and not isinstance(options, ReadOptions):
+            raise InvalidOptionError(
+                f"options must be a ReadOptions, found {type(options).__name__}"
+            )
         options = options or self.options
         if columns is not None:
             select_schema(self.schema, columns)
@@ -323,6 +331,8 @@ def select_schema(schema: pa.Schema, columns: Sequence[str]) -> pa.Schema:
     """The schema of a projection, or :class:`InvalidOptionError` for unknown columns."""
     if isinstance(columns, str):
         raise InvalidOptionError(f"columns must be a list of names, found the string {columns!r}")
+    if not isinstance(columns, Iterable):
+        raise InvalidOptionError(f"columns must be a list of names, found {type(columns).__name__}")
     missing = [c for c in columns if c not in schema.names]
     if missing:
         raise InvalidOptionError(

@@ -149,6 +149,12 @@ def _partitioner(
     table: pa.Table | None,
 ) -> Partitioner:
     if partitioner is not None and not isinstance(partitioner, str):
+        if not hasattr(partitioner, "assign"):
+            raise InvalidOptionError(
+                "partitioner must be a name (one of "
+                f"{', '.join(PARTITIONER_NAMES)}) or a Partitioner, "
+                f"found {type(partitioner).__name__}"
+            )
         if by is not None or options:
             raise InvalidOptionError(
                 "by= and partitioner options apply to a partitioner given by name; this "
