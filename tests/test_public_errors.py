@@ -119,6 +119,16 @@ def _write_one(batch: Any, ids: Any = None) -> Callable[[World], object]:
     return call
 
 
+def _failing_query() -> Any:
+    pl = pytest.importorskip("polars")
+    return pl.LazyFrame({"k": ["a"]}).select(pl.col("k").cast(pl.Int64, strict=True))
+
+
+def _unplannable_query(w: World) -> Any:
+    pl = pytest.importorskip("polars")
+    return pl.scan_parquet(str(w.root / "no-such-*.parquet"))
+
+
 Invalid = ash.InvalidOptionError
 Missing = ash.MissingObjectError
 Corrupt = ash.CorruptFileError
@@ -398,6 +408,28 @@ CASES = [
         "ShuffleFileWriter",
         "write(ids out of range)",
         _write_one(TABLE.to_batches()[0], [9] * 200),
+        Invalid,
+    ),
+    Case(
+        "write",
+        "a stream whose producer breaks",
+        lambda w: ash.write(
+            pa.RecordBatchReader.from_batches(TABLE.schema, iter([1])),
+            w.root / "o.arrow",
+            num_subpartitions=2,
+        ),
+        Invalid,
+    ),
+    Case(
+        "write",
+        "a polars query that fails",
+        lambda w: ash.write(_failing_query(), w.root / "o.arrow", num_subpartitions=2),
+        Invalid,
+    ),
+    Case(
+        "write",
+        "a polars query that cannot be planned",
+        lambda w: ash.write(_unplannable_query(w), w.root / "o.arrow", num_subpartitions=2),
         Invalid,
     ),
     # maintenance
