@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, NoReturn
 
@@ -406,6 +406,10 @@ class ShuffleFile(Readable):
         in one ranged read, and kept for later calls.
         """
         stop = self.num_subpartitions if stop is None else stop
+        if not all(isinstance(v, (int, np.integer)) for v in (start, stop)):
+            raise InvalidOptionError(
+                f"start and stop must be integers, found {start!r} and {stop!r}"
+            )
         if not 0 <= start <= stop <= self.num_subpartitions:
             raise InvalidOptionError(
                 f"subpartition range [{start}, {stop}) is outside the file's "
@@ -478,6 +482,10 @@ class ShuffleFile(Readable):
             )
             ranges.extend(plan_run(entries, broadcast, run))
         if regions is not None:
+            if not isinstance(regions, range):
+                raise InvalidOptionError(
+                    f"regions must be a range of region numbers, found {type(regions).__name__}"
+                )
             ranges = [c for c in ranges if c.region in regions]
         ranges.sort(key=lambda c: (c.offset, c.start))
         return dedupe_broadcast(ranges)
@@ -538,6 +546,8 @@ class ShuffleFile(Readable):
                 f"options must be a ReadOptions, found {type(options).__name__}"
             )
         options = options or self.options
+        if isinstance(columns, str) or not isinstance(columns, (Iterable, type(None))):
+            raise InvalidOptionError(f"columns must be a list of names, found {columns!r}")
         select = None if columns is None else list(columns)
         if select is not None:
             select_schema(self.schema, select)

@@ -224,6 +224,11 @@ class Readable(abc.ABC):
                 f"options must be a ReadOptions, found {type(options).__name__}"
             )
         options = options or self.options
+        if not isinstance(reads, Iterable):
+            raise InvalidOptionError(f"reads must be FileReads from reads(), found {reads!r:.80}")
+        reads = list(reads)  # checked, then read once per file
+        if not all(isinstance(r, FileRead) for r in reads):
+            raise InvalidOptionError(f"reads must be FileReads from reads(), found {reads!r:.80}")
 
         def prepare(read: FileRead) -> list[ReadTask]:
             return self.file(read.file, want=read.subpartitions).file_tasks(

@@ -175,6 +175,8 @@ def validate_dataset(
     """
     if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
         raise InvalidOptionError(f"workers must be a positive integer, found {workers!r}")
+    if progress is not None and not callable(progress):
+        raise InvalidOptionError(f"progress must be a callable, found {type(progress).__name__}")
     directory = resolve(path_or_url, storage_options)
     report = DatasetReport(url=directory.url, ok=False, summary={"deep": deep})
     location = directory.child(MANIFEST_NAME)

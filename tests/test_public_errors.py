@@ -172,6 +172,25 @@ CASES = [
         lambda w: list(w.opened_file().iter_batches(-1)),
         Invalid,
     ),
+    Case("ShuffleFile", "entries('x')", lambda w: w.opened_file().entries("x"), Invalid),
+    Case("ShuffleFile", "entries(-1)", lambda w: w.opened_file().entries(-1), Invalid),
+    Case(
+        "ShuffleFile", "blocks(regions='x')", lambda w: w.opened_file().blocks(regions="x"), Invalid
+    ),
+    Case(
+        "ShuffleFile",
+        "plan(skew_factor='x')",
+        lambda w: w.opened_file().plan(skew_factor="x"),
+        Invalid,
+    ),
+    Case("ShuffleFile", "read_tasks(None)", lambda w: w.opened_file().read_tasks(None), Invalid),
+    Case("ShuffleFile", "read_tasks([1])", lambda w: w.opened_file().read_tasks([1]), Invalid),
+    Case(
+        "ShuffleFile",
+        "file_tasks(columns=1)",
+        lambda w: w.opened_file().file_tasks(columns=1),
+        Invalid,
+    ),
     # open_dataset / ShuffleDataset
     Case("open_dataset", "None", lambda w: ash.open_dataset(None), Invalid),
     Case("open_dataset", "a missing path", lambda w: ash.open_dataset(w.missing), Missing),
@@ -219,6 +238,12 @@ CASES = [
         "validate_dataset",
         "workers='x'",
         lambda w: ash.validate_dataset(w.dataset, workers="x"),
+        Invalid,
+    ),
+    Case(
+        "validate_dataset",
+        "progress=1",
+        lambda w: ash.validate_dataset(w.dataset, progress=1),
         Invalid,
     ),
     # layout and assignment
