@@ -638,10 +638,17 @@ EXTRAS = [
         "import arrowshuffle as a; a.open_file('s3://bucket/key.arrow')",
         "s3",
     ),
+    (
+        "pyspark",
+        "import arrowshuffle.spark.datasource",
+        "spark",
+    ),
 ]
 
 
-@pytest.mark.parametrize(("package", "code", "extra"), EXTRAS, ids=[e[0] for e in EXTRAS])
+@pytest.mark.parametrize(
+    ("package", "code", "extra"), EXTRAS, ids=["polars", "spark", "plot", "s3", "spark source"]
+)
 def test_a_missing_extra_names_what_to_install(
     package: str, code: str, extra: str, world: World
 ) -> None:

@@ -30,18 +30,11 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
-from pyspark.sql.datasource import (
-    DataSource,
-    DataSourceArrowWriter,
-    DataSourceReader,
-    Filter,
-    InputPartition,
-    WriterCommitMessage,
-)
 
 from arrowshuffle.format.errors import (
     CorruptFileError,
     InvalidOptionError,
+    MissingExtraError,
     MissingObjectError,
     SchemaMismatchError,
 )
@@ -67,6 +60,18 @@ from arrowshuffle.writers.dataset_writer import (
     read_manifest,
 )
 from arrowshuffle.writers.file_writer import ShuffleFileWriter, WrittenFile
+
+try:  # the data source is built on pyspark's classes: importing it needs pyspark
+    from pyspark.sql.datasource import (
+        DataSource,
+        DataSourceArrowWriter,
+        DataSourceReader,
+        Filter,
+        InputPartition,
+        WriterCommitMessage,
+    )
+except ImportError as exc:
+    raise MissingExtraError("pyspark", "spark", "arrowshuffle.spark.datasource", str(exc)) from exc
 
 # --------------------------------------------------------------------------------- writing
 
