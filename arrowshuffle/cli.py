@@ -38,7 +38,12 @@ import pyarrow as pa
 
 import arrowshuffle
 from arrowshuffle._progress import ProgressBar
-from arrowshuffle.format.errors import ArrowShuffleError, FormatError, InvalidOptionError
+from arrowshuffle.format.errors import (
+    ArrowShuffleError,
+    FormatError,
+    InvalidOptionError,
+    MissingExtraError,
+)
 from arrowshuffle.format.naming import DATA_SUFFIX, INDEX_SUFFIX, MANIFEST_NAME, temp_name
 from arrowshuffle.format.notation import (
     parse_bytes,
@@ -423,11 +428,11 @@ def _subpartition_table(totals: list[dict[str, Any]]) -> list[str]:
 
 def _plot(layout: pa.Table, path: str, title: str) -> None:
     """Draw the heatmap into ``path``; a missing matplotlib is a usage error with a hint."""
-    from arrowshuffle.plot import PlottingUnavailableError, plot_layout
+    from arrowshuffle.plot import plot_layout
 
     try:
         plot_layout(layout, path, title=title)
-    except PlottingUnavailableError as exc:
+    except MissingExtraError as exc:
         raise _UsageError(f"--plot: {exc}") from exc
     except ValueError as exc:  # matplotlib refuses the file name's extension
         raise _UsageError(f"--plot {path!r}: {_one_line(exc)}") from exc

@@ -16,11 +16,10 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-INSTALL_HINT = "pip install 'arrowshuffle[notebooks]'"
+from arrowshuffle.format.errors import MissingExtraError, import_optional
 
-
-class PlottingUnavailableError(ImportError):
-    """matplotlib is not installed."""
+#: The error raised when matplotlib is missing, by its earlier name.
+PlottingUnavailableError = MissingExtraError
 
 
 @dataclass(frozen=True)
@@ -78,14 +77,9 @@ def layout_grid(layout: pa.Table) -> LayoutGrid:
 
 
 def _matplotlib() -> Any:
-    try:
-        from matplotlib.backends.backend_agg import FigureCanvasAgg
-        from matplotlib.figure import Figure
-    except ImportError as exc:
-        raise PlottingUnavailableError(
-            f"plotting needs matplotlib; install it with {INSTALL_HINT}"
-        ) from exc
-    return Figure, FigureCanvasAgg
+    figure = import_optional("matplotlib.figure", "notebooks", "plotting")
+    agg = import_optional("matplotlib.backends.backend_agg", "notebooks", "plotting")
+    return figure.Figure, agg.FigureCanvasAgg
 
 
 def plot_layout(
@@ -106,7 +100,7 @@ def plot_layout(
         The ``matplotlib.figure.Figure`` (notebooks display it).
 
     Raises:
-        PlottingUnavailableError: matplotlib is not installed.
+        MissingExtraError: matplotlib is not installed.
     """
     figure_class, canvas_class = _matplotlib()
     grid = layout_grid(layout)

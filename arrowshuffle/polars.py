@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
-from arrowshuffle.format.errors import InvalidOptionError
+from arrowshuffle.format.errors import InvalidOptionError, import_optional
 from arrowshuffle.readers.balance import (
     DEFAULT_SKEW_FACTOR,
     DEFAULT_SKEW_MIN_BYTES,
@@ -48,19 +48,12 @@ if TYPE_CHECKING:
 
 __all__ = ["read", "scan", "scan_dataset", "scan_file", "scan_tasks"]
 
-INSTALL_HINT = "pip install 'arrowshuffle[polars]'"
 #: Rows gathered before one conversion to polars when polars gives no batch size.
 DEFAULT_GROUP_ROWS = 65536
 
 
 def _polars() -> Any:
-    try:
-        import polars
-    except ImportError as exc:
-        raise ImportError(
-            f"arrowshuffle.polars needs polars; install it with {INSTALL_HINT}"
-        ) from exc
-    return polars
+    return import_optional("polars", "polars", "arrowshuffle.polars")
 
 
 def scan(

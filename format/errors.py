@@ -1,11 +1,15 @@
 """The single error hierarchy of arrowshuffle.
 
 Every error raised on purpose derives from :class:`ArrowShuffleError`. Errors about bytes or
-options are also :class:`ValueError`; errors about storage are also :class:`OSError`, so callers
-that already catch the builtin classes keep working.
+options are also :class:`ValueError`, errors about storage :class:`OSError` and a missing
+optional dependency :class:`ImportError`, so callers that already catch the builtin classes
+keep working.
 """
 
 from __future__ import annotations
+
+import importlib
+from types import ModuleType
 
 
 class ArrowShuffleError(Exception):
@@ -51,3 +55,46 @@ class ShuffleIOError(ArrowShuffleError, OSError):
 
 class MissingObjectError(ShuffleIOError, FileNotFoundError):
     """A file or object that should exist and does not."""
+
+
+class MissingExtraError(ArrowShuffleError, ImportError):
+    """An optional dependency that a feature needs is not installed.
+
+    Attributes:
+        module: the module that could not be imported (``"polars"``).
+        extra: the arrowshuffle extra that installs it (``"polars"``), if one does.
+    """
+
+    def __init__(self, module: str, extra: str | None, feature: str, detail: str = "") -> None:
+        install = f"pip install 'arrowshuffle[{extra}]'" if extra else f"pip install {module}"
+        found = f" ({detail})" if detail else ""
+        super().__init__(
+            f"{feature} needs {module}, which is not installed{found}; install it with {install}",
+            name=module,
+        )
+        self.module = module
+        self.extra = extra
+        self.feature = feature
+        self.detail = detail
+
+    def __reduce__(self) -> tuple[type[MissingExtraError], tuple[str, str | None, str, str]]:
+        # Rebuilt from its fields when pickled (Spark sends errors from workers to the driver).
+        return type(self), (self.module, self.extra, self.feature, self.detail)
+
+
+def import_optional(module: str, extra: str | None, feature: str) -> ModuleType:
+    """Import an optional dependency, or raise :class:`MissingExtraError` naming its extra.
+
+    Args:
+        module: the module to import (``"matplotlib.figure"``).
+        extra: the arrowshuffle extra that installs it (``"notebooks"``).
+        feature: what needs it, for the message (``"plotting"``).
+
+    Raises:
+        MissingExtraError: the module (or one it imports) cannot be imported.
+    """
+    try:
+        return importlib.import_module(module)
+    except ImportError as exc:
+        # The top-level package names what to install even when a submodule was asked for.
+        raise MissingExtraError(module.split(".")[0], extra, feature, str(exc)) from exc

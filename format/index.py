@@ -25,6 +25,7 @@ from arrowshuffle.format.errors import (
     ChecksumMismatchError,
     CorruptFileError,
     FormatError,
+    InvalidOptionError,
     UnsupportedVersionError,
 )
 
@@ -252,11 +253,11 @@ def encode_index(
         The complete index bytes.
     """
     if len(file_id) != 16:
-        raise ValueError(f"file_id must be 16 bytes, got {len(file_id)}")
+        raise InvalidOptionError(f"file_id must be 16 bytes, found {len(file_id)}")
     entries = np.ascontiguousarray(entries, dtype=ENTRY_DTYPE)
     num_subpartitions, num_regions = entries.shape
     if len(regions) != num_regions:
-        raise ValueError(f"{len(regions)} regions but entries have {num_regions} columns")
+        raise InvalidOptionError(f"{len(regions)} regions but entries have {num_regions} columns")
     schema_bytes = schema_to_bytes(schema)
     partitioner_bytes = encode_partitioner(partitioner)
     sections = IndexSections.compute(
@@ -491,7 +492,7 @@ def decode_entries(
         FormatError: V4 if the slice has the wrong size, V6 if a block's checksum differs.
     """
     if not 0 <= start <= stop <= header.num_subpartitions:
-        raise ValueError(
+        raise InvalidOptionError(
             f"subpartition range [{start}, {stop}) outside [0, {header.num_subpartitions})"
         )
     block = header.num_regions * ENTRY_DTYPE.itemsize

@@ -25,7 +25,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from arrowshuffle.format.errors import CorruptFileError
+from arrowshuffle.format.errors import CorruptFileError, InvalidOptionError
 
 ARROW_MAGIC = b"ARROW1"
 CONTINUATION = 0xFFFFFFFF
@@ -166,13 +166,15 @@ def patch_footer_blocks(
             order (an ``(n, 3)`` integer array or a sequence of triples).
 
     Raises:
-        ValueError: the footer lists another number of record batches.
+        InvalidOptionError: the footer lists another number of record batches.
     """
     start, stop = footer_blocks_range(footer)
     rows = np.asarray(blocks, dtype=np.int64).reshape(-1, 3)
     count = (stop - start) // BLOCK_DTYPE.itemsize
     if count != len(rows):
-        raise ValueError(f"the footer lists {count} record batches, {len(rows)} blocks were given")
+        raise InvalidOptionError(
+            f"the footer lists {count} record batches, {len(rows)} blocks were given"
+        )
     structs = np.zeros(len(rows), dtype=BLOCK_DTYPE)
     structs["offset"] = rows[:, 0]
     structs["meta_length"] = rows[:, 1]

@@ -143,6 +143,8 @@ def _check_options(
 ) -> None:
     if target_bytes < 1:
         raise InvalidOptionError(f"target_bytes must be at least 1 byte, found {target_bytes}")
+    if isinstance(skew_factor, bool) or not isinstance(skew_factor, (int, float)):
+        raise InvalidOptionError(f"skew_factor must be a number, found {skew_factor!r}")
     if not skew_factor > 0:
         raise InvalidOptionError(f"skew_factor must be above 0, found {skew_factor!r}")
     if skew_min_bytes < 0:

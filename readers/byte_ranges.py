@@ -44,7 +44,13 @@ def subpartition_runs(subpartitions: Subpartitions, num_subpartitions: int) -> l
         _check_bounds(ids, num_subpartitions)
         return [subpartitions]
     else:
-        values = list(subpartitions)
+        try:
+            values = list(subpartitions)
+        except TypeError as exc:  # neither an int nor an iterable
+            raise InvalidOptionError(
+                "subpartitions must be an int, a range or a list of ints, "
+                f"found {type(subpartitions).__name__}"
+            ) from exc
         if not all(isinstance(v, (int, np.integer)) and not isinstance(v, bool) for v in values):
             raise InvalidOptionError(f"subpartitions must be integers, found {values[:5]!r}")
         ids = np.unique(np.array(values, dtype=np.int64))

@@ -58,6 +58,10 @@ class ShuffleDataset(Readable):
     ) -> None:
         self.directory = directory
         self.manifest = manifest
+        if options is not None and not isinstance(options, ReadOptions):
+            raise InvalidOptionError(
+                f"options must be a ReadOptions, found {type(options).__name__}"
+            )
         self.options = options or ReadOptions()
         self._manifest_stats = manifest_stats or ReadStats()
         self._files: dict[int, ShuffleFile] = {}
@@ -104,6 +108,8 @@ class ShuffleDataset(Readable):
             want: the subpartitions about to be read; a remote open fetches their index
                 entries with the metadata.
         """
+        if isinstance(i, bool) or not isinstance(i, (int, np.integer)):
+            raise InvalidOptionError(f"file must be an integer position, found {i!r}")
         if not 0 <= i < self.num_files:
             raise InvalidOptionError(f"file {i} does not exist: the dataset has {self.num_files}")
         with self._lock:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, NoReturn
 
@@ -136,6 +136,10 @@ class ShuffleFile(Readable):
         options: ReadOptions | None = None,
     ) -> None:
         self.location = location
+        if options is not None and not isinstance(options, ReadOptions):
+            raise InvalidOptionError(
+                f"options must be a ReadOptions, found {type(options).__name__}"
+            )
         self.options = options or ReadOptions()
         self.index_location = location.sibling(INDEX_SUFFIX)
         # The index's size is learnt from the index itself: a listed size is checked, not
@@ -403,6 +407,10 @@ class ShuffleFile(Readable):
         in one ranged read, and kept for later calls.
         """
         stop = self.num_subpartitions if stop is None else stop
+        if not all(isinstance(v, (int, np.integer)) for v in (start, stop)):
+            raise InvalidOptionError(
+                f"start and stop must be integers, found {start!r} and {stop!r}"
+            )
         if not 0 <= start <= stop <= self.num_subpartitions:
             raise InvalidOptionError(
                 f"subpartition range [{start}, {stop}) is outside the file's "
@@ -475,6 +483,10 @@ class ShuffleFile(Readable):
             )
             ranges.extend(plan_run(entries, broadcast, run))
         if regions is not None:
+            if not isinstance(regions, range):
+                raise InvalidOptionError(
+                    f"regions must be a range of region numbers, found {type(regions).__name__}"
+                )
             ranges = [c for c in ranges if c.region in regions]
         ranges.sort(key=lambda c: (c.offset, c.start))
         return dedupe_broadcast(ranges)
@@ -488,6 +500,10 @@ class ShuffleFile(Readable):
         regions: range | None = None,
     ) -> list[FetchBlock]:
         """The ranged reads a read of ``subpartitions`` issues: planned, sorted, coalesced."""
+        if options is not None and not isinstance(options, ReadOptions):
+            raise InvalidOptionError(
+                f"options must be a ReadOptions, found {type(options).__name__}"
+            )
         options = options or self.options
         ranges = self.chunk_ranges(subpartitions, verify=verify, regions=regions)
         return coalesce(ranges, max_gap=options.max_gap, max_block=options.max_block)
@@ -526,7 +542,13 @@ class ShuffleFile(Readable):
         the chunks of an object store and not those of a local memory-mapped file.
         """
         check = resolve_verify(verify, remote=not self.location.is_local)
+        if options is not None and not isinstance(options, ReadOptions):
+            raise InvalidOptionError(
+                f"options must be a ReadOptions, found {type(options).__name__}"
+            )
         options = options or self.options
+        if isinstance(columns, str) or not isinstance(columns, (Iterable, type(None))):
+            raise InvalidOptionError(f"columns must be a list of names, found {columns!r}")
         select = None if columns is None else list(columns)
         if select is not None:
             select_schema(self.schema, select)

@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from arrowshuffle.format.errors import InvalidOptionError
 from arrowshuffle.format.index import REGION_BROADCAST
 from arrowshuffle.readers.dataset import ShuffleDataset
 from arrowshuffle.readers.file_reader import ShuffleFile
@@ -54,7 +55,15 @@ def file_layout(shuffle_file: ShuffleFile) -> pa.Table:
 
     Returns:
         A table with the columns of :data:`LAYOUT_SCHEMA`.
+
+    Raises:
+        InvalidOptionError: ``shuffle_file`` is not an opened :class:`ShuffleFile`.
     """
+    if not isinstance(shuffle_file, ShuffleFile):
+        raise InvalidOptionError(
+            "file_layout() takes an opened ShuffleFile (arrowshuffle.open_file(path)), "
+            f"found {type(shuffle_file).__name__}"
+        )
     entries = shuffle_file.entries()  # (subpartitions, regions)
     num_subpartitions, num_regions = entries.shape
     by_region = entries.T.reshape(-1)  # region-major

@@ -15,7 +15,7 @@ fetch blocks, grouped into fetch tasks and run by the read scheduler, with the t
 from __future__ import annotations
 
 import abc
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, TypeVar
 
@@ -163,7 +163,16 @@ class Readable(abc.ABC):
 
         Tasks come in output order: file by file, and within a file in file order.
         """
+        if options is not None and not isinstance(options, ReadOptions):
+            raise InvalidOptionError(
+                f"options must be a ReadOptions, found {type(options).__name__}"
+            )
         options = options or self.options
+        if not isinstance(reads, Iterable):
+            raise InvalidOptionError(f"reads must be FileReads from reads(), found {reads!r:.80}")
+        reads = list(reads)  # checked, then read once per file
+        if not all(isinstance(r, FileRead) for r in reads):
+            raise InvalidOptionError(f"reads must be FileReads from reads(), found {reads!r:.80}")
 
         def prepare(read: FileRead) -> list[ReadTask]:
             return self.file(read.file, want=read.subpartitions).file_tasks(
@@ -198,6 +207,10 @@ class Readable(abc.ABC):
         options: ReadOptions | None = None,
     ) -> Iterator[pa.RecordBatch]:
         """:meth:`iter_batches` of a :class:`Selection` made by the caller."""
+        if options is not None and not isinstance(options, ReadOptions):
+            raise InvalidOptionError(
+                f"options must be a ReadOptions, found {type(options).__name__}"
+            )
         options = options or self.options
         if columns is not None:
             select_schema(self.schema, columns)
@@ -266,6 +279,8 @@ def select_schema(schema: pa.Schema, columns: Sequence[str]) -> pa.Schema:
     """The schema of a projection, or :class:`InvalidOptionError` for unknown columns."""
     if isinstance(columns, str):
         raise InvalidOptionError(f"columns must be a list of names, found the string {columns!r}")
+    if not isinstance(columns, Iterable):
+        raise InvalidOptionError(f"columns must be a list of names, found {type(columns).__name__}")
     missing = [c for c in columns if c not in schema.names]
     if missing:
         raise InvalidOptionError(

@@ -73,8 +73,14 @@ class Selection:
             if self.consumer is None or self.num_consumers is None:
                 raise InvalidOptionError("consumer= and num_consumers= go together; pass both")
         if self.subpartitions is not None and not isinstance(self.subpartitions, (int, range)):
-            # an iterator must serve every file (and every call on a polars frame)
-            object.__setattr__(self, "subpartitions", list(self.subpartitions))
+            try:  # an iterator must serve every file (and every call on a polars frame)
+                ids = list(self.subpartitions)
+            except TypeError as exc:  # neither an int nor an iterable
+                raise InvalidOptionError(
+                    "subpartitions must be an int, a range or a list of ints, "
+                    f"found {type(self.subpartitions).__name__}"
+                ) from exc
+            object.__setattr__(self, "subpartitions", ids)
 
     def file_reads(self, num_subpartitions: int, num_files: int) -> list[FileRead]:
         """The selection over files of ``num_subpartitions`` subpartitions, in file order.

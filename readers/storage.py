@@ -19,6 +19,7 @@ from fsspec.implementations.local import LocalFileSystem
 from arrowshuffle.format.errors import (
     ArrowShuffleError,
     InvalidOptionError,
+    MissingExtraError,
     MissingObjectError,
     ShuffleIOError,
 )
@@ -65,10 +66,17 @@ def resolve(
         raise InvalidOptionError(f"expected a path or URL string, found {path!r}")
     try:
         fs, fs_path = fsspec.core.url_to_fs(path, **(storage_options or {}))
-    except (ImportError, ValueError) as exc:
-        scheme = path.split("://", 1)[0] if "://" in path else "file"
-        hint = " (pip install 'arrowshuffle[s3]')" if scheme in ("s3", "s3a") else ""
-        raise InvalidOptionError(f"cannot open {path!r}: {exc}{hint}") from exc
+    except ImportError as exc:  # fsspec knows the protocol; its package is not installed
+        scheme = path.split("://", 1)[0]
+        s3 = scheme in ("s3", "s3a")
+        # fsspec raises its own ImportError from the one naming the missing package.
+        module = getattr(exc.__cause__, "name", None) or exc.name or scheme
+        module = "s3fs" if s3 else module
+        raise MissingExtraError(
+            module, "s3" if s3 else None, f"opening {path!r}", str(exc)
+        ) from exc
+    except (ValueError, TypeError) as exc:  # an unknown protocol or a bad storage option
+        raise InvalidOptionError(f"cannot open {path!r}: {exc}") from exc
     if isinstance(fs, LocalFileSystem):
         fs_path = os.path.abspath(fs_path)
         url = fs_path

@@ -35,7 +35,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from arrowshuffle.format.errors import FormatError, MissingObjectError
+from arrowshuffle.format.errors import FormatError, InvalidOptionError, MissingObjectError
 from arrowshuffle.format.index import (
     HEADER_SIZE,
     ShuffleIndex,
@@ -171,7 +171,12 @@ def validate_dataset(
     Raises:
         MissingObjectError: there is no manifest at ``path_or_url``.
         ShuffleIOError: another storage failure.
+        InvalidOptionError: ``workers`` is not a positive integer.
     """
+    if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
+        raise InvalidOptionError(f"workers must be a positive integer, found {workers!r}")
+    if progress is not None and not callable(progress):
+        raise InvalidOptionError(f"progress must be a callable, found {type(progress).__name__}")
     directory = resolve(path_or_url, storage_options)
     report = DatasetReport(url=directory.url, ok=False, summary={"deep": deep})
     location = directory.child(MANIFEST_NAME)

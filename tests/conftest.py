@@ -1,4 +1,8 @@
-"""Shared fixtures: one local SparkSession per test session, temporary datasets."""
+"""Shared fixtures: one local SparkSession per test session, a local S3 endpoint.
+
+Both skip the tests that use them when their optional packages (or Java) are absent, so the
+suite collects and runs with only the core installed.
+"""
 
 from __future__ import annotations
 
@@ -13,9 +17,13 @@ import pytest
 
 @pytest.fixture(scope="session")
 def spark() -> Iterator[Any]:
-    """A local SparkSession shared by every Spark test (starting one takes seconds)."""
+    """A local SparkSession shared by every Spark test (starting one takes seconds).
+
+    Skips the test without pyspark or without Java: both are optional (``[spark]`` extra).
+    """
+    pytest.importorskip("pyspark", reason="Spark tests need pyspark: pip install '.[spark]'")
     if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
-        pytest.fail("Spark tests need Java 17: install a JDK (apt-get install openjdk-17-jre)")
+        pytest.skip("Spark tests need Java 17: install a JDK (apt-get install openjdk-17-jre)")
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")  # the test session listens on loopback
@@ -166,7 +174,8 @@ class S3Endpoint:
 @pytest.fixture(scope="session")
 def s3_endpoint() -> Iterator[S3Endpoint]:
     """moto's S3 server on a free port of 127.0.0.1, with no AWS settings of the machine."""
-    pytest.importorskip("s3fs")
+    pytest.importorskip("s3fs", reason="S3 tests need s3fs: pip install '.[s3]'")
+    pytest.importorskip("moto.server", reason="S3 tests need moto's server: pip install '.[dev]'")
     import logging
 
     from moto.server import ThreadedMotoServer

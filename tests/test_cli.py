@@ -385,6 +385,7 @@ def assert_png(path: Path) -> tuple[int, int]:
 
 
 def test_inspect_plot_writes_a_png(tmp_path: Path) -> None:
+    pytest.importorskip("matplotlib")
     out = tmp_path / "heatmap.png"
     result = run("inspect", BROADCAST, "--plot", str(out))
     assert result.returncode == 0, result.stderr
@@ -393,6 +394,7 @@ def test_inspect_plot_writes_a_png(tmp_path: Path) -> None:
 
 
 def test_inspect_plot_with_json_keeps_stdout_json(tmp_path: Path) -> None:
+    pytest.importorskip("matplotlib")
     out = tmp_path / "heatmap.png"
     result = run("inspect", "--json", GOOD, "--plot", str(out))
     assert result.returncode == 0, result.stderr
@@ -415,6 +417,7 @@ def test_heatmap_grid_is_the_vector_layout() -> None:
 
 
 def test_inspect_plot_unknown_extension_is_a_usage_error(tmp_path: Path) -> None:
+    pytest.importorskip("matplotlib")
     out = tmp_path / "heatmap.nope"
     result = run("inspect", GOOD, "--plot", str(out))
     assert result.returncode == 2
@@ -618,6 +621,7 @@ def test_inspect_dataset_totals_over_all_files(dataset_dir: Any) -> None:
 
 
 def test_inspect_dataset_text_and_plot(dataset_dir: Any, tmp_path: Path) -> None:
+    pytest.importorskip("matplotlib")
     out = tmp_path / "dataset.png"
     result = run("inspect", dataset_dir.url, "--plot", str(out))
     assert result.returncode == 0, result.stderr

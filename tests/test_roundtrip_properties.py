@@ -21,8 +21,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-import polars as pl
-import polars.testing
 import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
@@ -440,7 +438,6 @@ def check_case(case: Case, compression: str, directory: Path, data: st.DataObjec
     assert all(0 < b.num_rows <= case.max_batch_rows for b in batches)
     file_table = pa.Table.from_batches(batches, schema=case.schema)
     assert_same(_sorted_by_row(file_table), case.table, "pyarrow.ipc.open_file")
-    polars.testing.assert_frame_equal(pl.read_ipc(path).sort(ROW), pl.from_arrow(case.table))
 
     with ash.open_file(path) as shuffle:
         assert shuffle.num_subpartitions == case.num_subpartitions
@@ -496,6 +493,11 @@ def check_case(case: Case, compression: str, directory: Path, data: st.DataObjec
 
         # Checksums of every chunk hold.
         assert_same(shuffle.read(verify=True), shuffle.read(), "verify=True")
+
+    # polars reads the data file too; without polars the case ends here, reported as skipped.
+    pl = pytest.importorskip("polars")
+    pl_testing = pytest.importorskip("polars.testing")
+    pl_testing.assert_frame_equal(pl.read_ipc(path).sort(ROW), pl.from_arrow(case.table))
 
 
 def _bucket(n: int) -> str:

@@ -20,6 +20,9 @@ from typing import Any
 
 import pyarrow as pa
 import pytest
+
+pytest.importorskip("pyspark", reason="the Spark data source needs pyspark")
+
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pyspark.sql.datasource import CaseInsensitiveDict

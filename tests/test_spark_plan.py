@@ -17,6 +17,9 @@ from typing import Any
 
 import pyarrow as pa
 import pytest
+
+pytest.importorskip("pyspark", reason="the Spark data source needs pyspark")
+
 from dataset_factory import WrittenDataset, write_dataset
 from pyspark.sql.datasource import CaseInsensitiveDict
 

@@ -9,7 +9,6 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import polars as pl
 import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
@@ -78,6 +77,7 @@ def test_write_pyarrow_inputs_reads_back_equal(tmp_path: Path, kind: str) -> Non
 
 
 def test_write_polars_dataframe(tmp_path: Path) -> None:
+    pl = pytest.importorskip("polars")
     table = sample_table()
     frame = pl.from_arrow(table)
     assert isinstance(frame, pl.DataFrame)
@@ -89,6 +89,7 @@ def test_write_polars_dataframe(tmp_path: Path) -> None:
 
 
 def test_write_polars_lazyframe_in_batches(tmp_path: Path) -> None:
+    pl = pytest.importorskip("polars")
     table = sample_table(5000)
     source = tmp_path / "source.parquet"
     pl.from_arrow(table).write_parquet(source)  # type: ignore[union-attr]
@@ -106,6 +107,7 @@ def test_write_polars_lazyframe_in_batches(tmp_path: Path) -> None:
 
 
 def test_empty_lazyframe_writes_an_empty_file(tmp_path: Path) -> None:
+    pl = pytest.importorskip("polars")
     lazy = pl.LazyFrame({"id": [1, 2], "s": ["a", "b"]}).filter(pl.col("id") > 5)
     written = write(lazy, tmp_path / "e.arrow", num_subpartitions=3)
     assert written.rows == 0
@@ -114,6 +116,7 @@ def test_empty_lazyframe_writes_an_empty_file(tmp_path: Path) -> None:
 
 
 def test_write_decodes_dictionary_columns(tmp_path: Path) -> None:
+    pl = pytest.importorskip("polars")
     table = sample_table(300)
     encoded = table.set_column(2, "name", pc.dictionary_encode(table.column("name")))
     frame = pl.from_arrow(table).with_columns(pl.col("name").cast(pl.Categorical))

@@ -140,6 +140,12 @@ def _partitioner(
     table: pa.Table | None,
 ) -> Partitioner:
     if partitioner is not None and not isinstance(partitioner, str):
+        if not hasattr(partitioner, "assign"):
+            raise InvalidOptionError(
+                "partitioner must be a name (one of "
+                f"{', '.join(PARTITIONER_NAMES)}) or a Partitioner, "
+                f"found {type(partitioner).__name__}"
+            )
         if by is not None or options:
             raise InvalidOptionError(
                 "by= and partitioner options apply to a partitioner given by name; this "
@@ -198,9 +204,13 @@ def _open_input(
 
 
 def _sliced(reader: pa.RecordBatchReader, max_rows: int) -> Iterator[pa.RecordBatch]:
-    for batch in reader:
-        for start in range(0, batch.num_rows, max_rows):
-            yield batch.slice(start, max_rows)
+    try:
+        for batch in reader:
+            for start in range(0, batch.num_rows, max_rows):
+                yield batch.slice(start, max_rows)
+    except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError) as exc:
+        # The input stream itself broke (a producer's bad batch): the data argument is unusable.
+        raise InvalidOptionError(f"the input stream failed while being read: {exc}") from exc
 
 
 def _is_polars(data: Any) -> bool:
@@ -218,11 +228,17 @@ def _open_polars(
         return _decoded(table.schema, iter(table.to_batches(max_chunksize=max_batch_rows)), table)
     if isinstance(data, pl.LazyFrame):
         # The schema of an empty frame of the same columns, for inputs with no rows at all.
-        schema = pl.DataFrame(schema=data.collect_schema()).to_arrow().schema
+        try:
+            schema = pl.DataFrame(schema=data.collect_schema()).to_arrow().schema
+        except pl.exceptions.PolarsError as exc:  # the LazyFrame's own query is wrong
+            raise InvalidOptionError(f"the polars query cannot be planned: {exc}") from exc
 
         def frames() -> Iterator[pa.RecordBatch]:
-            for frame in data.collect_batches(chunk_size=max_batch_rows):
-                yield from frame.to_arrow().to_batches(max_chunksize=max_batch_rows)
+            try:
+                for frame in data.collect_batches(chunk_size=max_batch_rows):
+                    yield from frame.to_arrow().to_batches(max_chunksize=max_batch_rows)
+            except pl.exceptions.PolarsError as exc:  # the LazyFrame's own query failed
+                raise InvalidOptionError(f"the polars query failed: {exc}") from exc
 
         return _decoded(schema, frames(), None)
     if hasattr(data, "__arrow_c_stream__"):

@@ -90,6 +90,8 @@ class WrittenFile:
 
 def check_schema(schema: pa.Schema) -> pa.Schema:
     """Refuse schemas the format cannot store (dictionary-encoded fields)."""
+    if not isinstance(schema, pa.Schema):
+        raise InvalidOptionError(f"expected a pyarrow Schema, found {type(schema).__name__}")
     for field in schema:
         if _has_dictionary(field.type):
             raise SchemaMismatchError(
@@ -107,6 +109,10 @@ def _has_dictionary(t: pa.DataType) -> bool:
 
 def normalize_compression(compression: str | None) -> str:
     """Map ``None``/``"uncompressed"`` to ``"none"`` and check the codec name."""
+    if compression is not None and not isinstance(compression, str):
+        raise InvalidOptionError(
+            f"compression must be one of none, lz4, zstd; found {type(compression).__name__}"
+        )
     name = (compression or "none").lower()
     name = {"uncompressed": "none", "lz4_frame": "lz4"}.get(name, name)
     if name not in COMPRESSION_BITS:
@@ -183,6 +189,11 @@ class ShuffleFileWriter:
         # output batches are tiny.
         self._input_slice_rows = max(max_batch_rows, MIN_INPUT_SLICE_ROWS)
         self.compression = normalize_compression(compression)
+        if partitioner is not None and not hasattr(partitioner, "assign"):
+            raise InvalidOptionError(
+                "partitioner must be a Partitioner (make_partitioner(...)) or None, "
+                f"found {type(partitioner).__name__}"
+            )
         self._partitioner = partitioner
         self._location: Location = resolve(path, storage_options)
         self._file_id = uuid.uuid4().bytes

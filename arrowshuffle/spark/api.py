@@ -7,7 +7,7 @@ import os
 from collections.abc import Sequence
 from typing import Any
 
-from arrowshuffle.format.errors import InvalidOptionError
+from arrowshuffle.format.errors import InvalidOptionError, import_optional
 from arrowshuffle.readers.dataset import ShuffleDataset, open_dataset
 from arrowshuffle.readers.integrity import Verify, resolve_verify
 from arrowshuffle.spark.options import DEFAULT_PARTITIONING, FORMAT_NAME
@@ -26,10 +26,25 @@ def register(spark: Any) -> None:
 
     After this, ``df.write.format("arrowshuffle")`` and ``spark.read.format("arrowshuffle")``
     work in that session. Registering again is harmless.
+
+    Raises:
+        MissingExtraError: pyspark is not installed.
+        InvalidOptionError: ``spark`` is not a SparkSession.
     """
+    import_optional("pyspark.sql.datasource", "spark", "arrowshuffle.spark")
+    check_session(spark)
     from arrowshuffle.spark.datasource import ArrowShuffleDataSource
 
     spark.dataSource.register(ArrowShuffleDataSource)
+
+
+def check_session(spark: Any) -> None:
+    """Raise :class:`InvalidOptionError` unless ``spark`` looks like a SparkSession."""
+    # Duck-typed: a classic and a Spark Connect session are unrelated classes.
+    if not hasattr(spark, "dataSource") or not hasattr(spark, "read"):
+        raise InvalidOptionError(
+            f"expected a SparkSession (with a data source registry), found {type(spark).__name__}"
+        )
 
 
 def _option_text(name: str, value: Any) -> str:
@@ -94,9 +109,11 @@ def write(
 
     Raises:
         InvalidOptionError: a bad option, or an existing dataset in ``error`` mode.
+        MissingExtraError: pyspark is not installed.
     """
-    from pyspark.sql import functions as F
-
+    F = import_optional("pyspark.sql.functions", "spark", "arrowshuffle.spark")
+    if not hasattr(df, "sparkSession") or not hasattr(df, "write"):
+        raise InvalidOptionError(f"expected a Spark DataFrame, found {type(df).__name__}")
     register(df.sparkSession)
     mode = normalize_mode(mode)
     by = _columns(partition_by)

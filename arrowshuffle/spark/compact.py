@@ -15,9 +15,11 @@ from typing import Any
 
 import pyarrow as pa
 
+from arrowshuffle.format.errors import import_optional
 from arrowshuffle.format.manifest import ManifestFile
 from arrowshuffle.format.naming import new_file_name, new_job_id
 from arrowshuffle.readers.storage import resolve
+from arrowshuffle.spark.api import check_session
 from arrowshuffle.writers.compact import (
     DEFAULT_MEMORY,
     DEFAULT_TARGET_FILE_SIZE,
@@ -58,7 +60,10 @@ def compact(
     Raises:
         InvalidOptionError: a bad option, or the dataset changed while it was compacted.
         FormatError: an input breaks a rule of the format; nothing was replaced.
+        MissingExtraError: pyspark is not installed.
     """
+    import_optional("pyspark.sql", "spark", "arrowshuffle.spark")
+    check_session(spark)
     job = start_compaction(
         path, target_file_size=target_file_size, storage_options=storage_options, memory=memory
     )

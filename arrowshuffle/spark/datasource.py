@@ -30,18 +30,11 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
-from pyspark.sql.datasource import (
-    DataSource,
-    DataSourceArrowWriter,
-    DataSourceReader,
-    Filter,
-    InputPartition,
-    WriterCommitMessage,
-)
 
 from arrowshuffle.format.errors import (
     CorruptFileError,
     InvalidOptionError,
+    MissingExtraError,
     MissingObjectError,
     SchemaMismatchError,
 )
@@ -62,6 +55,18 @@ from arrowshuffle.spark.pruning import prune
 from arrowshuffle.spark.types import conform, spark_arrow_schema, spark_schema, writer_arrow_schema
 from arrowshuffle.writers.dataset_writer import abort_dataset, check_commit, commit_dataset
 from arrowshuffle.writers.file_writer import ShuffleFileWriter, WrittenFile
+
+try:  # the data source is built on pyspark's classes: importing it needs pyspark
+    from pyspark.sql.datasource import (
+        DataSource,
+        DataSourceArrowWriter,
+        DataSourceReader,
+        Filter,
+        InputPartition,
+        WriterCommitMessage,
+    )
+except ImportError as exc:
+    raise MissingExtraError("pyspark", "spark", "arrowshuffle.spark.datasource", str(exc)) from exc
 
 # --------------------------------------------------------------------------------- writing
 
@@ -418,8 +423,9 @@ class ArrowShuffleReader(DataSourceReader):
         if isinstance(partition, SubpartitionSelection) and not partition.subpartitions:
             return
         if not isinstance(partition, (PlannedPartition, SubpartitionSelection)):
-            raise TypeError(
-                f"the arrowshuffle reader reads its own partitions, found {partition!r}"
+            raise InvalidOptionError(
+                "the arrowshuffle reader reads its own partitions (a planned task or a "
+                f"subpartition selection), found {type(partition).__name__}"
             )
         dataset = open_dataset(self.options.path, self.options.storage_options)
         files = tuple(f.data for f in dataset.manifest.files)

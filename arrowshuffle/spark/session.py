@@ -8,7 +8,7 @@ import sys
 from collections.abc import Mapping
 from typing import Any
 
-from arrowshuffle.format.errors import ArrowShuffleError
+from arrowshuffle.format.errors import ArrowShuffleError, InvalidOptionError
 
 JAVA_HINT = (
     "Spark needs Java 17: install a JDK or JRE (for example the openjdk-17-jre-headless "
@@ -59,7 +59,12 @@ def local_session(
 
     Raises:
         SparkUnavailableError: no Java, or no pyspark.
+        InvalidOptionError: ``config`` is not a mapping of setting names to values.
     """
+    if config is not None and not isinstance(config, Mapping):
+        raise InvalidOptionError(
+            f"config must be a mapping of Spark settings, found {type(config).__name__}"
+        )
     check_spark_available()
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
