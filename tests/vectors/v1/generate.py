@@ -383,6 +383,10 @@ class Broken:
     reads: Callable[[GoodVector], GoodVector] | None = None
     #: The part of ``rule`` that is broken, where readers treat the parts differently.
     part: str | None = None
+    #: The rule broken first when the pair is listed in a manifest with its real sizes and
+    #: checksum, where that listing cannot agree with the index (``expected.json``'s
+    #: ``dataset_rule``); None: the vector's own rule.
+    dataset_rule: str | None = None
 
 
 def same_rows(base: GoodVector) -> GoodVector:
@@ -793,12 +797,14 @@ BROKEN = (
         "V13",
         "data file cut 64 bytes short",
         edit_data=truncate(64),
+        dataset_rule="M7",
     ),
     Broken(
         "pair_mismatch",
         "good_basic",
         "V14",
         "index of good_basic beside the same rows written with another file id (equal length)",
+        reads=same_rows,
     ),
     Broken(
         "schema_mismatch",
@@ -920,6 +926,8 @@ def write_broken(vector: Broken, out: Path, good: dict[str, GoodVector]) -> dict
         entry.update(rule=vector.rule, deep=vector.deep)
     if vector.part is not None:
         entry["part"] = vector.part
+    if vector.dataset_rule is not None:
+        entry["dataset_rule"] = vector.dataset_rule
     if vector.reads is not None:
         read = expected_for(vector.reads(good[vector.base]))
         entry["reads"] = {k: read[k] for k in ("rows", "broadcast_regions", "file_rows")}
