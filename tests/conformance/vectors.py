@@ -171,7 +171,9 @@ def expected(vector: Vector, kind: Kind, *, as_dataset: bool) -> Refused | None:
         return None
     if kind not in SEEN_BY[vector.key]:
         return None
-    return Refused(vector.dataset_rule if as_dataset else vector.rule)
+    rule = vector.dataset_rule if as_dataset else vector.rule
+    assert rule is not None
+    return Refused(rule)
 
 
 def expected_rows(vector: Vector) -> dict[str, list[Any]]:
