@@ -49,8 +49,9 @@ M4_NOT_V4 = Known(
 )
 SCHEMA_NOT_CHECKED = Known(
     "the ranged reader does not read the footer (V15) and decodes the chunks with the index's "
-    "large_string schema without full validation: it returns a string column whose offsets "
-    "are not valid (converting its values raises SystemError) instead of refusing the file",
+    "large_string schema without full validation: it returns a table that is not valid Arrow "
+    "(validate(full=True): large_string offsets buffer too small; to_pylist raises "
+    "SystemError) instead of refusing the file",
     pytest.fail.Exception,
 )
 SPARK_SIZE_IS_M7 = Known(
