@@ -57,7 +57,9 @@ READERS = frozenset({Kind.READ, Kind.RANGED_READ})
 #: The kinds of surface that see each rule (spec.md, sections 6.5, 6.6, 10 and 11).
 SEEN_BY: dict[str, frozenset[Kind]] = {
     # Index decoding (V1-V7), the reader's proof (V8-V11, V20 region flags), the data file's
-    # ends and schema (V13, V15): checked before any row is returned.
+    # ends and schema (V13, V15): checked before any row is returned. A ranged reader need not
+    # read the footer (spec.md, section 6.1) but must not decode chunks with a schema they were
+    # not written with (section 6.5), so it too refuses a V15 file.
     **{f"V{i}": EVERY for i in (1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 13, 15)},
     "V20": EVERY,
     # The file id sits in the footer, which only a local reader reads before the first data read
