@@ -300,3 +300,37 @@ class TestCliValidateDataset(CliValidate):
 class TestCliValidateDatasetDeep(CliValidate):
     KIND = Kind.DEEP
     TAKES = "dataset"
+
+
+class ApiValidate(ValidatesVectors):
+    """``arrowshuffle.validate_file`` / ``validate_dataset`` (``deep=True`` for the deep kind)."""
+
+    @pytest.fixture
+    def validate_vector(self, dataset_dirs: dict[str, Path]) -> ValidateVector:
+        def validate(vector: Vector) -> str | None:
+            deep = self.KIND is Kind.DEEP
+            if self.TAKES == "file":
+                report = arrowshuffle.validate_file(vector.path, deep=deep)
+                return None if report.ok else report.violations[0].rule
+            found = arrowshuffle.validate_dataset(dataset_dirs[vector.id], deep=deep)
+            return None if found.ok else found.all_violations[0][1].rule
+
+        return validate
+
+
+class TestApiValidateFile(ApiValidate):
+    TAKES = "file"
+
+
+class TestApiValidateFileDeep(ApiValidate):
+    KIND = Kind.DEEP
+    TAKES = "file"
+
+
+class TestApiValidateDataset(ApiValidate):
+    TAKES = "dataset"
+
+
+class TestApiValidateDatasetDeep(ApiValidate):
+    KIND = Kind.DEEP
+    TAKES = "dataset"
