@@ -19,7 +19,7 @@ import struct
 import sys
 import uuid
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from arrowshuffle import ShuffleFileWriter
+from arrowshuffle import ShuffleFileWriter, make_partitioner
 from arrowshuffle.format import index as codec
 from arrowshuffle.format.crc import crc32c
 from arrowshuffle.writers import file_writer
@@ -68,6 +68,16 @@ class GoodVector:
     file_id: bytes
     compression: str = "none"
     max_batch_rows: int = 3
+    #: The columns of a ``hash`` partitioner (seed 42) recorded in the index; ``None``: the
+    #: ids are the caller's (``explicit``). The ids of ``regions`` are stored as given.
+    hash_by: tuple[str, ...] | None = None
+
+    def partitioner(self) -> Any:
+        if self.hash_by is None:
+            return None
+        return make_partitioner(
+            "hash", num_subpartitions=self.num_subpartitions, by=list(self.hash_by)
+        )
 
 
 def rows(region: int, n: int) -> pa.Table:
@@ -160,6 +170,34 @@ GOOD = (
 )
 
 
+def hashed(region: int, n: int, num_subpartitions: int, *, shift: int = 0) -> Region:
+    """``n`` rows of region ``region`` with the ids Spark's hash of column ``a`` gives them
+    (seed 42), each moved ``shift`` subpartitions further (mod ``num_subpartitions``)."""
+    table = rows(region, n)
+    partitioner = make_partitioner("hash", num_subpartitions=num_subpartitions, by=["a"])
+    ids = np.asarray(partitioner.assign(table.to_batches()[0]), dtype=np.int64)
+    return Region(table, (ids + shift) % num_subpartitions)
+
+
+GOOD_HASH = GoodVector(
+    "good_hash",
+    "the hash partitioner (Spark's Murmur3 of column a, seed 42) places the rows of 2 regions "
+    "over 4 subpartitions; V19 holds (validate --deep recomputes it)",
+    4,
+    (hashed(0, 9, 4), hashed(1, 6, 4)),
+    fid("good_hash"),
+    hash_by=("a",),
+)
+GOOD = (*GOOD, GOOD_HASH)
+#: ``good_hash``'s rows, each one subpartition further than the partitioner assigns it.
+MISASSIGNED = replace(
+    GOOD_HASH,
+    name="misassigned_rows",
+    regions=(hashed(0, 9, 4, shift=1), hashed(1, 6, 4, shift=1)),
+    file_id=fid("misassigned_rows"),
+)
+
+
 # ---------------------------------------------------------------------- writing good vectors
 
 
@@ -185,6 +223,7 @@ def write_good(vector: GoodVector, out: Path, *, file_id: bytes | None = None) -
             memory="1GiB",
             max_batch_rows=vector.max_batch_rows,
             compression=vector.compression,
+            partitioner=vector.partitioner(),
         ) as writer,
     ):
         for region in vector.regions:
@@ -339,6 +378,23 @@ class Broken:
     edit_data: Callable[[bytearray], bytes] | None = None
     deep: bool = False
     extra: dict[str, Any] = field(default_factory=dict)
+    #: What a reader that does not check ``rule`` reads, given the base vector (for
+    #: ``expected.json``'s ``reads``); None: rows that must not be returned.
+    reads: Callable[[GoodVector], GoodVector] | None = None
+    #: The part of ``rule`` that is broken, where readers treat the parts differently.
+    part: str | None = None
+    #: The rule broken first when the pair is listed in a manifest with its real sizes and
+    #: checksum, where that listing cannot agree with the index (``expected.json``'s
+    #: ``dataset_rule``); None: the vector's own rule.
+    dataset_rule: str | None = None
+
+
+def same_rows(base: GoodVector) -> GoodVector:
+    return base
+
+
+def without_last_region(base: GoodVector) -> GoodVector:
+    return replace(base, regions=base.regions[:-1])
 
 
 def set_magic(buf: bytearray) -> bytes:
@@ -715,6 +771,8 @@ BROKEN = (
         "V20",
         "region 0's reserved word is 7 (checksums fixed)",
         region_reserved_fixed,
+        reads=same_rows,
+        part="reserved",
     ),
     Broken(
         "reserved_trailer_word",
@@ -722,6 +780,8 @@ BROKEN = (
         "V20",
         "the trailer's reserved word is 1 (no checksum covers it)",
         trailer_reserved,
+        reads=same_rows,
+        part="reserved",
     ),
     Broken(
         "total_rows_wrong",
@@ -729,6 +789,7 @@ BROKEN = (
         "V12",
         "header total_rows one too many (header CRC fixed)",
         total_rows_plus_one,
+        reads=same_rows,
     ),
     Broken(
         "truncated_data",
@@ -736,12 +797,14 @@ BROKEN = (
         "V13",
         "data file cut 64 bytes short",
         edit_data=truncate(64),
+        dataset_rule="M7",
     ),
     Broken(
         "pair_mismatch",
         "good_basic",
         "V14",
         "index of good_basic beside the same rows written with another file id (equal length)",
+        reads=same_rows,
     ),
     Broken(
         "schema_mismatch",
@@ -775,6 +838,16 @@ BROKEN = (
         "(valid without --deep)",
         drop_last_region,
         deep=True,
+        reads=without_last_region,
+    ),
+    Broken(
+        "misassigned_rows",
+        "good_hash",
+        "V19",
+        "the rows of good_hash written one subpartition further than its hash partitioner "
+        "(recorded in the index) assigns them (valid without --deep)",
+        deep=True,
+        reads=lambda base: MISASSIGNED,
     ),
     Broken(
         "foreign_random_index", "plain", "V1", "a plain Arrow file beside 200 pseudo-random bytes"
@@ -825,6 +898,8 @@ def write_broken(vector: Broken, out: Path, good: dict[str, GoodVector]) -> dict
                 "This is a text file, not an index.\n"
                 "It is longer than an index header so that only its first bytes are judged.\n"
             )
+    elif vector.name == "misassigned_rows":
+        write_good(MISASSIGNED, out)
     elif vector.name == "pair_mismatch":
         base = good[vector.base]
         with contextlib.ExitStack() as stack:
@@ -849,6 +924,13 @@ def write_broken(vector: Broken, out: Path, good: dict[str, GoodVector]) -> dict
     }
     if vector.rule is not None:
         entry.update(rule=vector.rule, deep=vector.deep)
+    if vector.part is not None:
+        entry["part"] = vector.part
+    if vector.dataset_rule is not None:
+        entry["dataset_rule"] = vector.dataset_rule
+    if vector.reads is not None:
+        read = expected_for(vector.reads(good[vector.base]))
+        entry["reads"] = {k: read[k] for k in ("rows", "broadcast_regions", "file_rows")}
     return entry
 
 
@@ -864,24 +946,25 @@ def _tempdir(parent: Path) -> Iterator[str]:
 
 # ---------------------------------------------------------------------- dataset vectors
 #
-# datasets/NAME/ holds a copy of the good_basic pair and a manifest listing it, edited to break
-# one manifest rule; datasets/expected.json names the rule and where it is found ("manifest":
-# when the manifest is decoded, "file": when the listed file is checked).
+# datasets/NAME/ holds a copy of a good pair (good_basic unless named) and a manifest listing
+# it, edited to break one manifest rule; datasets/expected.json names the pair, the rule and
+# where it is found ("manifest": when the manifest is decoded, "file": when the listed file is
+# checked, "indexes": once every listed index is decoded).
 
 DATASETS = "datasets"
 PAIR = "good_basic.arrow"
 
 
-def _good_manifest(out: Path) -> dict[str, Any]:
-    """The manifest of a dataset holding just the good_basic pair, as a JSON document."""
+def _good_manifest(out: Path, pair: str = PAIR) -> dict[str, Any]:
+    """The manifest of a dataset holding just the pair ``pair``, as a JSON document."""
     from arrowshuffle.format.manifest import Manifest, ManifestFile, encode_manifest
 
-    raw = (out / f"{PAIR}.idx").read_bytes()
+    raw = (out / f"{pair}.idx").read_bytes()
     index = codec.decode_index(raw)
     entry = ManifestFile(
-        data=PAIR,
-        index=f"{PAIR}.idx",
-        data_size=(out / PAIR).stat().st_size,
+        data=pair,
+        index=f"{pair}.idx",
+        data_size=(out / pair).stat().st_size,
         index_size=len(raw),
         rows=index.header.total_rows,
         regions=index.num_regions,
@@ -890,6 +973,31 @@ def _good_manifest(out: Path) -> dict[str, Any]:
     manifest = Manifest(index.schema, index.num_subpartitions, index.meta.partitioner, (entry,))
     document: dict[str, Any] = json.loads(encode_manifest(manifest))
     return document
+
+
+def _totals(out: Path, pair: str) -> dict[str, list[int]]:
+    """The per-subpartition totals of a manifest listing just ``pair`` (its entries summed)."""
+    index = codec.decode_index((out / f"{pair}.idx").read_bytes())
+    entries = index.entries  # [subpartition, region]
+    return {
+        "bytes": [int(v) for v in entries["length"].sum(axis=1)],
+        "rows": [int(v) for v in entries["rows"].sum(axis=1)],
+    }
+
+
+def _one_row_moved(doc: dict[str, Any]) -> None:
+    """Per-subpartition totals with one row counted in subpartition 1 instead of 0."""
+    rows = doc["subpartitions"]["rows"]
+    rows[0] -= 1
+    rows[1] += 1
+
+
+def _seed(value: int) -> Callable[[dict[str, Any]], None]:
+    def edit(doc: dict[str, Any]) -> None:
+        assert doc["partitioner"]["seed"] == 42
+        doc["partitioner"]["seed"] = value
+
+    return edit
 
 
 def _listed_twice(doc: dict[str, Any]) -> None:
@@ -935,6 +1043,10 @@ class DatasetVector:
     description: str
     edit: Callable[[dict[str, Any]], None] | None = None
     raw: Callable[[bytes], bytes] | None = None
+    #: The good pair the dataset holds.
+    pair: str = PAIR
+    #: Whether the manifest lists the per-subpartition totals (before ``edit``).
+    totals: bool = False
 
 
 DATASET_VECTORS = (
@@ -1044,6 +1156,39 @@ DATASET_VECTORS = (
         "files[0].regions is one more than the index declares",
         edit=lambda doc: doc["files"][0].update(regions=doc["files"][0]["regions"] + 1),
     ),
+    DatasetVector(
+        "major_version_2",
+        "M2",
+        "manifest",
+        "format_version is 2",
+        edit=lambda doc: doc.update(format_version=2),
+    ),
+    DatasetVector(
+        "index_crc_wrong",
+        "M5",
+        "file",
+        "files[0].index_crc32c is one more than the index's trailer holds",
+        edit=lambda doc: doc["files"][0].update(
+            index_crc32c=(doc["files"][0]["index_crc32c"] + 1) % 2**32
+        ),
+    ),
+    DatasetVector(
+        "partitioner_seed_differs",
+        "M6",
+        "file",
+        "the good_hash pair listed under a hash partitioner with seed 7; the index's has seed 42",
+        edit=_seed(7),
+        pair="good_hash.arrow",
+    ),
+    DatasetVector(
+        "totals_wrong",
+        "M9",
+        "indexes",
+        "per-subpartition totals with one row counted in subpartition 1 instead of 0 (sums "
+        "unchanged)",
+        edit=_one_row_moved,
+        totals=True,
+    ),
 )
 
 
@@ -1051,19 +1196,23 @@ def generate_datasets(out: Path) -> dict[str, Any]:
     """Write the dataset vectors into ``out/datasets`` (after the good pairs are written)."""
     from arrowshuffle.format.naming import MANIFEST_NAME
 
-    good_doc = _good_manifest(out)
-    good = (json.dumps(good_doc, indent=1, sort_keys=True) + "\n").encode()
     root = out / DATASETS
     vectors: dict[str, Any] = {}
     for vector in DATASET_VECTORS:
+        if not (out / vector.pair).exists():
+            write_good(next(v for v in GOOD if f"{v.name}.arrow" == vector.pair), out)
+        good_doc = _good_manifest(out, vector.pair)
+        good = (json.dumps(good_doc, indent=1, sort_keys=True) + "\n").encode()
         directory = root / vector.name
         directory.mkdir(parents=True, exist_ok=True)
-        for name in (PAIR, f"{PAIR}.idx"):
+        for name in (vector.pair, f"{vector.pair}.idx"):
             shutil.copyfile(out / name, directory / name)
         if vector.raw is not None:
             payload = vector.raw(good)
         else:
             doc = json.loads(good)
+            if vector.totals:
+                doc["subpartitions"] = _totals(out, vector.pair)
             if vector.edit is not None:
                 vector.edit(doc)
             payload = (json.dumps(doc, indent=1, sort_keys=True) + "\n").encode()
@@ -1071,6 +1220,7 @@ def generate_datasets(out: Path) -> dict[str, Any]:
         vectors[vector.name] = {
             "kind": "good" if vector.rule is None else "invalid",
             "description": vector.description,
+            "pair": vector.pair,
             **({} if vector.rule is None else {"rule": vector.rule, "where": vector.where}),
         }
     document = {"pyarrow": pa.__version__, "datasets": vectors}
