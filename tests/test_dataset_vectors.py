@@ -49,7 +49,7 @@ def test_dataset_vector_fails_cli_validate_with_its_rule(
     result = cli_runs[name]
     assert result.returncode == 1, result.stderr
     assert result.stdout.count("\n") == 1
-    file_part = "good_basic.arrow: " if entry["where"] == "file" else ""
+    file_part = f"{entry['pair']}: " if entry["where"] == "file" else ""
     assert result.stdout.startswith(f"INVALID {DATASETS / name}: {file_part}[{entry['rule']}] ")
     assert "Traceback" not in result.stderr
 
@@ -64,6 +64,9 @@ def test_dataset_vector_breaks_its_rule_for_validator_and_reader(name: str) -> N
         assert report.files == []
         with pytest.raises(FormatError) as caught:
             open_dataset(DATASETS / name)
+    elif entry["where"] == "indexes":  # M9: wrong totals never change what a read returns
+        assert open_dataset(DATASETS / name).read().num_rows == report.summary["rows"]
+        return
     else:
         with pytest.raises(FormatError) as caught:
             open_dataset(DATASETS / name).read()
