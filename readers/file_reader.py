@@ -116,7 +116,7 @@ class ShuffleFile(Readable):
     Args:
         location: the data file.
         data_size: the data file's size when a listing already says it (no request is made
-            for it); checked against the index.
+            for it); checked against the index (rule M7).
         index_size: the index's size when a listing already says it; an object or header
             that disagrees is a :class:`CorruptFileError` (rule M4) before anything the
             listing predicts is fetched.
