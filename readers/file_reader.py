@@ -672,7 +672,8 @@ def _assemble(segments: Sequence[tuple[int, pa.Buffer]], begin: int, end: int) -
             take = min(stop, end) - position
             parts.append(data.slice(position - start, take).to_pybytes())
             position += take
-    _raise_first([check_size(f"the fetched index bytes from {begin}", position, end)])
+    fetched = f"the end of the fetched index bytes [{begin}, {end})"
+    _raise_first([check_size(fetched, position, end)])
     return pa.py_buffer(b"".join(parts))
 
 
