@@ -1,4 +1,4 @@
-"""Rule V17 is one check for the reader and the validator (arrowshuffle.format.chunks)."""
+"""The reader checks what validation checks, with the same functions (V17, V20)."""
 
 from __future__ import annotations
 
@@ -51,3 +51,31 @@ def test_a_message_that_is_not_a_record_batch_breaks_v17() -> None:
     with pytest.raises(FormatError, match="is a 'schema' message, expected a record batch") as c:
         decode_chunk(message, schema, 1, 0, "chunk (region 0, subpartition 0)", full=False)
     assert c.value.rule == "V17"
+
+
+def test_the_reader_refuses_a_reserved_region_word_as_validation_does(tmp_path: Path) -> None:
+    import numpy as np
+
+    from arrowshuffle.format.index import decode_index, encode_index
+
+    path = tmp_path / "f.arrow"
+    table = pa.table({"k": pa.array(range(40), pa.int64())})
+    write(table, path, num_subpartitions=4, partitioner="hash", by="k")
+    index_path = tmp_path / "f.arrow.idx"
+    index = decode_index(index_path.read_bytes())
+    regions = np.array(index.meta.regions, copy=True)
+    regions["reserved"][0] = 1
+    index_path.write_bytes(
+        encode_index(
+            schema=index.schema,
+            partitioner=index.meta.partitioner,
+            file_id=index.header.file_id,
+            data_length=index.header.data_length,
+            regions=regions,
+            entries=index.entries,
+        )
+    )
+    assert [v.rule for v in arrowshuffle.validate_file(path).violations] == ["V20"]
+    with pytest.raises(FormatError) as caught:
+        arrowshuffle.open_file(path).read()
+    assert caught.value.rule == "V20"
