@@ -28,6 +28,7 @@ from arrowshuffle.format.errors import (
     InvalidOptionError,
     UnsupportedVersionError,
 )
+from arrowshuffle.format.rule_registry import Violation, implements
 
 INDEX_MAGIC = b"ASHUFIDX"
 TRAILER_MAGIC = b"ASHUFEND"
@@ -36,6 +37,9 @@ FORMAT_VERSION_MINOR = 0
 HEADER_SIZE = 96
 TRAILER_SIZE = 16
 ALIGNMENT = 8
+#: A remote index is fetched as this prefix first: header, metadata and often the entries, so
+#: that a foreign or hostile object is refused from its header before the rest is downloaded.
+INDEX_PREFIX_BYTES = 64 * 1024
 #: The most subpartitions a file may have (a signed 32-bit count, as in Spark and Flink).
 MAX_SUBPARTITIONS = 2**31 - 1
 
@@ -197,8 +201,11 @@ def schema_to_bytes(schema: pa.Schema) -> bytes:
     return bytes(schema.serialize().to_pybytes())
 
 
-def schema_from_bytes(data: bytes | memoryview, *, rule: str = "V7") -> pa.Schema:
-    """Decode an encapsulated IPC schema message, or raise :class:`CorruptFileError`."""
+def schema_from_bytes(data: bytes | memoryview, *, rule: str) -> pa.Schema:
+    """Decode an encapsulated IPC schema message, or raise :class:`CorruptFileError`.
+
+    ``rule`` is the rule of the caller's check (V7 for an index, M1 for a manifest).
+    """
     try:
         schema = pa.ipc.read_schema(pa.py_buffer(data))
     except (pa.ArrowInvalid, pa.ArrowIOError, pa.ArrowNotImplementedError) as exc:
@@ -321,6 +328,128 @@ def _logical_rows(entries: np.ndarray, regions: np.ndarray) -> int:
     return int(per_region.sum(dtype=np.uint64))
 
 
+# ---------------------------------------------------------------------- rules V1-V7
+# Checked while decoding: a broken one ends the decoding, so the decoders raise the violation.
+
+
+@implements("V1")
+def check_magic(found: bytes, *, trailer: bool = False) -> Violation | None:
+    """V1: the index's leading magic (or, with ``trailer``, the trailer's magic)."""
+    if trailer:
+        if found == TRAILER_MAGIC:
+            return None
+        return Violation("V1", f"index trailer magic: expected {TRAILER_MAGIC!r}, found {found!r}")
+    # A short prefix of the magic is a truncated index (V4); anything else is a foreign file.
+    if found == INDEX_MAGIC or (len(found) < len(INDEX_MAGIC) and INDEX_MAGIC.startswith(found)):
+        return None
+    return Violation(
+        "V1",
+        f"not an arrowshuffle index: expected magic {INDEX_MAGIC!r}, found {found!r}",
+        FormatError,
+    )
+
+
+@implements("V2")
+def check_version(major: int, minor: int, required_flags: int = 0) -> Violation | None:
+    """V2: the major version is supported and no unknown required flag is set.
+
+    The flags are read only once the header checksum holds (a flipped bit is V3), so the
+    decoder calls this a second time with them.
+    """
+    if major != FORMAT_VERSION_MAJOR:
+        return Violation(
+            "V2",
+            f"index format version {major}.{minor} is not supported: this reader reads "
+            f"version {FORMAT_VERSION_MAJOR}.x; "
+            + ("upgrade arrowshuffle" if major > FORMAT_VERSION_MAJOR else "the file is invalid"),
+            UnsupportedVersionError,
+        )
+    unknown = required_flags & ~KNOWN_REQUIRED_FLAGS
+    if unknown:
+        return Violation(
+            "V2",
+            f"index sets required flags {unknown:#x} that this reader does not know; "
+            "upgrade arrowshuffle",
+            UnsupportedVersionError,
+        )
+    return None
+
+
+def _crc_mismatch(rule: str, what: str, stored: int, data: Any) -> Violation | None:
+    actual = crc32c(data)
+    if actual == stored:
+        return None
+    return Violation(
+        rule, f"{what}: stored {stored:#010x}, computed {actual:#010x}", ChecksumMismatchError
+    )
+
+
+@implements("V3")
+def check_header_crc(header: bytes | memoryview, stored: int) -> Violation | None:
+    """V3: the CRC32C of the header's first 92 bytes is the stored one."""
+    return _crc_mismatch("V3", "header checksum mismatch", stored, bytes(header[: HEADER_SIZE - 4]))
+
+
+@implements("V4")
+def check_size(what: str, found: int, low: int, high: int | None = None) -> Violation | None:
+    """V4: a size of the index (the object, a fetched section, a header field) is in bounds.
+
+    Args:
+        what: the size, as the message names it.
+        found: its value.
+        low: the expected value, or the least one when ``high`` is given.
+        high: the greatest value (``-1``: no bound); None when ``low`` is the only one.
+    """
+    if high is None:
+        if found == low:
+            return None
+        expected = f"{low}"
+    else:
+        if found >= low and (high < 0 or found <= high):
+            return None
+        expected = f"at least {low}" if high < 0 else f"{low} to {high}"
+    return Violation("V4", f"{what} is {found}, expected {expected}")
+
+
+@implements("V5")
+def check_meta_crc(meta: bytes | memoryview, stored: int) -> Violation | None:
+    """V5: the CRC32C of the metadata sections ``[96, entries_offset)`` is the stored one."""
+    return _crc_mismatch("V5", "metadata checksum mismatch", stored, meta)
+
+
+@implements("V6")
+def check_entries_crc(what: str, data: Any, stored: int) -> Violation | None:
+    """V6: a subpartition's entry block, or the whole index, matches its stored CRC32C."""
+    return _crc_mismatch("V6", what, stored, data)
+
+
+@implements("V7")
+def decode_meta_sections(
+    schema: bytes | memoryview, partitioner: bytes
+) -> tuple[pa.Schema, dict[str, Any]]:
+    """V7: the schema section is an Arrow schema message, the partitioner a JSON object.
+
+    Raises:
+        CorruptFileError: (V7) naming the section that does not decode.
+    """
+    decoded = schema_from_bytes(schema, rule="V7")
+    try:
+        spec = json.loads(partitioner)
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise CorruptFileError(f"partitioner spec is not JSON: {exc}", rule="V7") from exc
+    if not isinstance(spec, dict) or not isinstance(spec.get("name"), str):
+        raise CorruptFileError(
+            f"partitioner spec must be a JSON object with a 'name', found {partitioner[:80]!r}",
+            rule="V7",
+        )
+    return decoded, spec
+
+
+def _raise(found: Violation | None) -> None:
+    if found is not None:
+        raise found.error()
+
+
 def decode_header(data: bytes | memoryview, *, object_size: int | None = None) -> IndexHeader:
     """Decode and check the fixed header from the first bytes of an index.
 
@@ -334,16 +463,8 @@ def decode_header(data: bytes | memoryview, *, object_size: int | None = None) -
             (sizes that do not add up).
     """
     view = memoryview(data)
-    # A short prefix of the magic is a truncated index; anything else is a foreign file.
-    if not INDEX_MAGIC.startswith(bytes(view[:8])) or (len(view) >= 8 and view[:8] != INDEX_MAGIC):
-        raise FormatError(
-            f"not an arrowshuffle index: expected magic {INDEX_MAGIC!r}, found {bytes(view[:8])!r}",
-            rule="V1",
-        )
-    if len(view) < HEADER_SIZE:
-        raise CorruptFileError(
-            f"index is {len(view)} bytes, shorter than the {HEADER_SIZE}-byte header", rule="V4"
-        )
+    _raise(check_magic(bytes(view[:8])))
+    _raise(check_size("the index in bytes (at least its header)", len(view), HEADER_SIZE, -1))
     fields = _HEADER.unpack(view[:HEADER_SIZE])
     (
         _magic,
@@ -364,52 +485,20 @@ def decode_header(data: bytes | memoryview, *, object_size: int | None = None) -
         meta_crc,
         header_crc,
     ) = fields
-    if major != FORMAT_VERSION_MAJOR:
-        raise UnsupportedVersionError(
-            f"index format version {major}.{minor} is not supported: this reader reads "
-            f"version {FORMAT_VERSION_MAJOR}.x; "
-            + ("upgrade arrowshuffle" if major > FORMAT_VERSION_MAJOR else "the file is invalid"),
-            rule="V2",
-        )
-    actual_crc = crc32c(view[: HEADER_SIZE - 4].tobytes())
-    if actual_crc != header_crc:
-        raise ChecksumMismatchError(
-            f"header checksum mismatch: stored {header_crc:#010x}, computed {actual_crc:#010x}",
-            rule="V3",
-        )
-    unknown = required_flags & ~KNOWN_REQUIRED_FLAGS
-    if unknown:
-        raise UnsupportedVersionError(
-            f"index sets required flags {unknown:#x} that this reader does not know; "
-            "upgrade arrowshuffle",
-            rule="V2",
-        )
-    if header_size < HEADER_SIZE or header_size % ALIGNMENT:
-        raise CorruptFileError(
-            f"header size field is {header_size}, expected a multiple of {ALIGNMENT} of at "
-            f"least {HEADER_SIZE}",
-            rule="V4",
-        )
-    if not 1 <= num_subpartitions <= MAX_SUBPARTITIONS:
-        raise CorruptFileError(
-            f"header declares {num_subpartitions} subpartitions, expected 1 to {MAX_SUBPARTITIONS}",
-            rule="V4",
-        )
+    _raise(check_version(major, minor))
+    _raise(check_header_crc(view, header_crc))
+    _raise(check_version(major, minor, required_flags))
+    # A multiple of the alignment of at least the v1 header.
+    _raise(check_size("the header size field", header_size, max(HEADER_SIZE, _pad(header_size))))
+    _raise(check_size("the subpartition count", num_subpartitions, 1, MAX_SUBPARTITIONS))
     sections = IndexSections.compute(
         header_size, schema_length, partitioner_length, num_regions, num_subpartitions
     )
-    if sections.entries_offset != entries_offset or sections.index_length != index_length:
-        raise CorruptFileError(
-            f"header sizes do not add up: declared entries offset {entries_offset} and length "
-            f"{index_length}, computed {sections.entries_offset} and {sections.index_length}",
-            rule="V4",
-        )
-    if object_size is not None and object_size != index_length:
+    _raise(check_size("the declared entries offset", entries_offset, sections.entries_offset))
+    _raise(check_size("the declared index length", index_length, sections.index_length))
+    if object_size is not None:
         what = "truncated" if object_size < index_length else "longer than declared"
-        raise CorruptFileError(
-            f"index is {what}: header declares {index_length} bytes, found {object_size}",
-            rule="V4",
-        )
+        _raise(check_size(f"the index object ({what}) in bytes", object_size, index_length))
     return IndexHeader(
         version=(major, minor),
         required_flags=required_flags,
@@ -436,34 +525,14 @@ def decode_meta(header: IndexHeader, data: bytes | memoryview) -> IndexMeta:
     """
     sections = header.sections
     view = memoryview(data)
-    if len(view) < sections.entries_offset:
-        raise CorruptFileError(
-            f"index metadata is truncated: need {sections.entries_offset} bytes, found {len(view)}",
-            rule="V4",
-        )
-    meta_bytes = view[HEADER_SIZE : sections.entries_offset].tobytes()
-    actual = crc32c(meta_bytes)
-    if actual != header.meta_crc32c:
-        raise ChecksumMismatchError(
-            f"metadata checksum mismatch: stored {header.meta_crc32c:#010x}, "
-            f"computed {actual:#010x}",
-            rule="V5",
-        )
-    schema = schema_from_bytes(
-        view[sections.schema_offset : sections.schema_offset + header.schema_length]
+    _raise(check_size("the index metadata in bytes", len(view), sections.entries_offset, -1))
+    _raise(check_meta_crc(view[HEADER_SIZE : sections.entries_offset], header.meta_crc32c))
+    schema, partitioner = decode_meta_sections(
+        view[sections.schema_offset : sections.schema_offset + header.schema_length],
+        view[
+            sections.partitioner_offset : sections.partitioner_offset + header.partitioner_length
+        ].tobytes(),
     )
-    raw_partitioner = view[
-        sections.partitioner_offset : sections.partitioner_offset + header.partitioner_length
-    ].tobytes()
-    try:
-        partitioner = json.loads(raw_partitioner)
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise CorruptFileError(f"partitioner spec is not JSON: {exc}", rule="V7") from exc
-    if not isinstance(partitioner, dict) or not isinstance(partitioner.get("name"), str):
-        raise CorruptFileError(
-            f"partitioner spec must be a JSON object with a 'name', found {raw_partitioner[:80]!r}",
-            rule="V7",
-        )
     regions = np.frombuffer(
         view[sections.regions_offset : sections.subpartition_crcs_offset],
         dtype=REGION_DTYPE,
@@ -498,23 +567,17 @@ def decode_entries(
     block = header.num_regions * ENTRY_DTYPE.itemsize
     view = memoryview(data)
     expected = (stop - start) * block
-    if len(view) != expected:
-        raise CorruptFileError(
-            f"entry slice for subpartitions [{start}, {stop}) is {len(view)} bytes, "
-            f"expected {expected}",
-            rule="V4",
+    _raise(
+        check_size(
+            f"the entry slice of subpartitions [{start}, {stop}) in bytes", len(view), expected
         )
+    )
     # One read-only buffer, sliced without copies: the checksum runs over the bytes in place.
     buffer = pa.py_buffer(view)
     stored_crcs = meta.subpartition_crcs[start:stop].tolist()
     for s, stored in zip(range(start, stop), stored_crcs, strict=True):
-        actual = crc32c(buffer.slice((s - start) * block, block))
-        if actual != stored:
-            raise ChecksumMismatchError(
-                f"entries of subpartition {s}: stored checksum {stored:#010x}, "
-                f"computed {actual:#010x}",
-                rule="V6",
-            )
+        block_bytes = buffer.slice((s - start) * block, block)
+        _raise(check_entries_crc(f"entries of subpartition {s}: checksum", block_bytes, stored))
     return np.frombuffer(view, dtype=ENTRY_DTYPE).reshape(stop - start, header.num_regions)
 
 
@@ -552,23 +615,14 @@ def check_trailer(header: IndexHeader, data: bytes | memoryview) -> int:
     view = memoryview(data)
     trailer_at = header.sections.trailer_offset
     index_crc, reserved, magic = _TRAILER.unpack(view[trailer_at : trailer_at + TRAILER_SIZE])
-    if magic != TRAILER_MAGIC:
-        raise CorruptFileError(
-            f"index trailer magic: expected {TRAILER_MAGIC!r}, found {magic!r}", rule="V1"
-        )
-    actual = crc32c(view[:trailer_at])
-    if actual != index_crc:
-        raise ChecksumMismatchError(
-            f"index checksum mismatch: stored {index_crc:#010x}, computed {actual:#010x}",
-            rule="V6",
-        )
+    _raise(check_magic(magic, trailer=True))
+    _raise(check_entries_crc("index checksum mismatch", view[:trailer_at], index_crc))
     return int(reserved)
 
 
 def index_checksum(data: bytes | memoryview) -> int:
     """The whole-index CRC32C stored in an index's trailer (what a manifest records)."""
     view = memoryview(data)
-    if len(view) < TRAILER_SIZE:
-        raise CorruptFileError(f"index is {len(view)} bytes, too short for a trailer", rule="V4")
+    _raise(check_size("the index in bytes (at least its trailer)", len(view), TRAILER_SIZE, -1))
     crc, _reserved, _magic = _TRAILER.unpack(view[-TRAILER_SIZE:])
     return int(crc)

@@ -23,6 +23,7 @@ from arrowshuffle.format.index import (
     schema_to_bytes,
 )
 from arrowshuffle.format.naming import INDEX_SUFFIX
+from arrowshuffle.format.rule_registry import implements
 
 MANIFEST_KIND = "arrowshuffle-dataset"
 #: 1.1 added the optional per-subpartition totals; readers of 1.0 ignore them.
@@ -195,7 +196,7 @@ def _name_problem(name: str) -> str:
 
 
 def _check_name(name: str, where: str, what: str) -> str:
-    """Rule M3: a name stays inside the dataset directory, whatever reads it."""
+    """A name stays inside the dataset directory, whatever reads it (part of rule M3)."""
     if _PLAIN_NAME.match(name) is None:
         raise FormatError(
             f"manifest {where}: {what} name {name!r:.120} leaves the dataset directory or is not "
@@ -203,6 +204,58 @@ def _check_name(name: str, where: str, what: str) -> str:
             rule="M3",
         )
     return name
+
+
+@implements("M3")
+def check_file_names(data: str, index: str, where: str) -> None:
+    """M3: both names are plain relative names and the index is named ``<data>.idx``.
+
+    Raises:
+        FormatError: (M3) naming the file and what is wrong with its name.
+    """
+    _check_name(data, where, "data file")
+    _check_name(index, where, "index")
+    if index != data + INDEX_SUFFIX:
+        raise FormatError(
+            f"manifest {where}: the index is listed as {index!r:.120}; expected "
+            f"{data + INDEX_SUFFIX!r:.120}, where readers look for it",
+            rule="M3",
+        )
+
+
+@implements("M8")
+def check_listed_once(names: tuple[str, ...], seen: dict[str, str], where: str) -> None:
+    """M8: no name is listed twice, compared ignoring case; ``seen`` maps keys to names.
+
+    Raises:
+        FormatError: (M8) naming the file listed again.
+    """
+    for name in names:
+        key = _name_key(name)
+        other = seen.get(key)
+        if other is not None:
+            alias = "" if other == name else f" (as {other!r:.120}: one file where case is ignored)"
+            raise FormatError(
+                f"manifest {where}: {name!r:.120} is listed more than once{alias}; expected "
+                "each file once",
+                rule="M8",
+            )
+        seen[key] = name
+
+
+@implements("M2")
+def check_manifest_version(version: int) -> None:
+    """M2: the manifest's ``format_version`` is the supported major version.
+
+    Raises:
+        UnsupportedVersionError: (M2) naming both versions.
+    """
+    if version != FORMAT_VERSION_MAJOR:
+        raise UnsupportedVersionError(
+            f"manifest format version {version} is not supported: this reader reads version "
+            f"{FORMAT_VERSION_MAJOR}",
+            rule="M2",
+        )
 
 
 def _name_key(name: str) -> str:
@@ -298,25 +351,10 @@ def _decode_file(i: int, entry: Any, seen: dict[str, str]) -> ManifestFile:
         )
     data = _check_name(_require(entry, "data", str, where), where, "data file")
     where = f"file #{i} ({data!r:.80})"
-    index = _check_name(_require(entry, "index", str, where), where, "index")
-    if index != data + INDEX_SUFFIX:
-        raise FormatError(
-            f"manifest {where}: the index is listed as {index!r:.120}; expected "
-            f"{data + INDEX_SUFFIX!r:.120}, where readers look for it",
-            rule="M3",
-        )
+    index = _require(entry, "index", str, where)
+    check_file_names(data, index, where)
     sizes = [_require_int(entry, key, low, high, where) for key, low, high in _FILE_INTEGERS]
-    for name in (data, index):
-        key = _name_key(name)
-        other = seen.get(key)
-        if other is not None:
-            alias = "" if other == name else f" (as {other!r:.120}: one file where case is ignored)"
-            raise FormatError(
-                f"manifest {where}: {name!r:.120} is listed more than once{alias}; expected "
-                "each file once",
-                rule="M8",
-            )
-        seen[key] = name
+    check_listed_once((data, index), seen, where)
     return ManifestFile(data, index, *sizes)
 
 
@@ -366,8 +404,9 @@ def _decode_files(entries: list[Any]) -> tuple[ManifestFile, ...]:
     return tuple(files)
 
 
+@implements("M1")
 def decode_manifest(data: bytes) -> Manifest:
-    """Decode and check a manifest, trusting nothing in it.
+    """Decode and check a manifest, trusting nothing in it (M1 here, M2, M3 and M8 on the way).
 
     Raises:
         FormatError: rule M1 (not a manifest: not UTF-8 JSON, nested too deep, a field missing
@@ -385,13 +424,7 @@ def decode_manifest(data: bytes) -> Manifest:
             f"not an arrowshuffle manifest: expected kind {MANIFEST_KIND!r}, found {found}",
             rule="M1",
         )
-    version = _require(doc, "format_version", int, "header")
-    if version != FORMAT_VERSION_MAJOR:
-        raise UnsupportedVersionError(
-            f"manifest format version {version} is not supported: this reader reads version "
-            f"{FORMAT_VERSION_MAJOR}",
-            rule="M2",
-        )
+    check_manifest_version(_require(doc, "format_version", int, "header"))
     try:
         schema_bytes = base64.b64decode(_require(doc, "schema", str, "header"), validate=True)
     except ValueError as exc:

@@ -1,4 +1,7 @@
-"""The data file's own checks (rules V13-V15), shared by the reader and the validator."""
+"""Fetch what rules V13-V15 judge: the data file's two ends and its footer.
+
+The checks are :mod:`arrowshuffle.format.data_file`; shared by the reader and the validator.
+"""
 
 from __future__ import annotations
 
@@ -7,12 +10,15 @@ from typing import Any
 
 import pyarrow as pa
 
-from arrowshuffle.format.index import FILE_ID_KEY, IndexHeader
+from arrowshuffle.format.data_file import (
+    ARROW_MAGIC,
+    check_arrow_file,
+    check_file_id,
+    check_footer_schema,
+)
+from arrowshuffle.format.index import IndexHeader
 from arrowshuffle.format.rules import Violation
 from arrowshuffle.readers.source import ByteSource, MappedSource
-
-#: Magic bytes at both ends of an Arrow IPC file.
-ARROW_MAGIC = b"ARROW1"
 
 
 def check_data_file(
@@ -23,59 +29,24 @@ def check_data_file(
     Reads only the file's two ends and its footer. Returns the opened footer (None when the
     file is not an Arrow IPC file) and the rules broken, in rule order.
     """
-    found: list[Violation] = []
     size = data.size
-    declared = header.data_length
-    if size != declared:
-        found.append(
-            Violation(
-                "V13",
-                f"the index declares a data file of {declared} bytes, found {size} bytes",
-            )
-        )
-    if size < 2 * len(ARROW_MAGIC):
-        found.append(Violation("V13", f"the data file is {size} bytes, too short for Arrow IPC"))
+
+    def ends() -> tuple[bytes, bytes]:
+        head, tail = data.read_ranges([(0, len(ARROW_MAGIC)), (size - len(ARROW_MAGIC), size)])
+        return head.to_pybytes(), tail.to_pybytes()
+
+    footer, found = check_arrow_file(
+        header.data_length, size, ends, lambda: pa.ipc.open_file(_random_access(data))
+    )
+    if footer is None:
         return None, found
-    head, tail = data.read_ranges([(0, len(ARROW_MAGIC)), (size - len(ARROW_MAGIC), size)])
-    if head.to_pybytes() != ARROW_MAGIC or tail.to_pybytes() != ARROW_MAGIC:
-        found.append(
-            Violation(
-                "V13",
-                f"the data file is not an Arrow IPC file: expected {ARROW_MAGIC!r} at both ends, "
-                f"found {head.to_pybytes()!r} and {tail.to_pybytes()!r}",
-            )
-        )
-        return None, found
-    try:
-        footer = pa.ipc.open_file(_random_access(data))
-    except (pa.ArrowException, OSError) as exc:
-        found.append(Violation("V13", f"the data file's Arrow footer does not decode: {exc}"))
-        return None, found
-    expected_id = header.file_id.hex().encode()
-    found_id = (footer.metadata or {}).get(FILE_ID_KEY)
-    if found_id != expected_id:
-        what = "no file id" if found_id is None else f"file id {found_id.decode(errors='replace')}"
-        found.append(
-            Violation(
-                "V14",
-                f"the index has file id {expected_id.decode()}, the data file's footer has {what}: "
-                "the two files do not belong together",
-            )
-        )
-    if not footer.schema.equals(schema, check_metadata=True):
-        found.append(Violation("V15", _schema_difference(expected=schema, found=footer.schema)))
+    for other in (
+        check_file_id(header.file_id, footer.metadata),
+        check_footer_schema(schema, footer.schema),
+    ):
+        if other is not None:
+            found.append(other)
     return footer, found
-
-
-def _schema_difference(*, expected: pa.Schema, found: pa.Schema) -> str:
-    """Name the first difference between the index's and the data file's schemas."""
-    prefix = "the data file's schema differs from the index's: "
-    if len(expected) != len(found):
-        return prefix + f"expected {len(expected)} fields {expected.names}, found {found.names}"
-    for i, (want, got) in enumerate(zip(expected, found, strict=True)):
-        if not want.equals(got, check_metadata=True):
-            return prefix + f"field {i}: expected {want}, found {got}"
-    return prefix + f"expected metadata {expected.metadata!r}, found {found.metadata!r}"
 
 
 class _RangeFile(io.RawIOBase):

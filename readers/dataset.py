@@ -10,27 +10,25 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from arrowshuffle.format.errors import (
-    CorruptFileError,
-    FormatError,
-    InvalidOptionError,
-    MissingObjectError,
-    SchemaMismatchError,
-)
+from arrowshuffle.format.errors import InvalidOptionError, MissingObjectError
 from arrowshuffle.format.index import encode_partitioner, schema_to_bytes
-from arrowshuffle.format.manifest import MAX_MANIFEST_BYTES, Manifest, ManifestFile, decode_manifest
+from arrowshuffle.format.manifest import Manifest, ManifestFile
+from arrowshuffle.format.manifest_rules import (
+    check_file_agrees,
+    check_file_counts,
+    check_listed_size,
+    declared_counts,
+    listed_counts,
+    manifest_expects,
+)
 from arrowshuffle.format.naming import INDEX_SUFFIX, MANIFEST_NAME
 from arrowshuffle.readers.byte_ranges import Subpartitions
-from arrowshuffle.readers.file_reader import (
-    IndexShape,
-    ShuffleFile,
-    _raise_naming,
-    open_file,
-)
+from arrowshuffle.readers.file_reader import IndexShape, ShuffleFile, open_file
+from arrowshuffle.readers.manifest_io import load_manifest
 from arrowshuffle.readers.read_path import Readable
 from arrowshuffle.readers.scheduler import ReadOptions
-from arrowshuffle.readers.source import ReadStats, RemoteSource
-from arrowshuffle.readers.storage import Location, read_bytes, resolve, storage_errors
+from arrowshuffle.readers.source import ReadStats
+from arrowshuffle.readers.storage import Location, resolve, storage_errors
 
 #: The columns of :meth:`ShuffleDataset.stats`.
 _STATS_SCHEMA = pa.schema(
@@ -135,31 +133,17 @@ class ShuffleDataset(Readable):
             return self._files.setdefault(i, shuffle_file)
 
     def _check_file(self, shuffle_file: ShuffleFile, i: int) -> None:
+        """Rules M7 and M6: the file is what the manifest lists, raised at the first broken."""
         entry = self.manifest.files[i]
         url = shuffle_file.url
-        if shuffle_file.header.data_length != entry.data_size:
-            raise CorruptFileError(
-                f"{url}: the manifest lists {entry.data_size} data bytes, "
-                f"its index declares {shuffle_file.header.data_length}",
-                rule="M7",
-            )
-        if (shuffle_file.num_rows, shuffle_file.num_regions) != (entry.rows, entry.regions):
-            raise CorruptFileError(
-                f"{url}: the manifest lists {entry.rows} rows in {entry.regions} regions, "
-                f"its index declares {shuffle_file.num_rows} rows in {shuffle_file.num_regions}",
-                rule="M7",
-            )
-        if shuffle_file.num_subpartitions != self.num_subpartitions:
-            raise CorruptFileError(
-                f"{url}: has {shuffle_file.num_subpartitions} subpartitions, "
-                f"the manifest {self.num_subpartitions}",
-                rule="M6",
-            )
-        if not shuffle_file.schema.equals(self.schema, check_metadata=False):
-            raise SchemaMismatchError(
-                f"{url}: its schema is {shuffle_file.schema}, the manifest's {self.schema}",
-                rule="M6",
-            )
+        found = check_file_counts(url, listed_counts(entry), declared_counts(shuffle_file.header))
+        found += check_file_agrees(
+            url,
+            manifest_expects(self.manifest),
+            (shuffle_file.schema, shuffle_file.num_subpartitions, shuffle_file.partitioner),
+        )
+        if found:
+            raise found[0].error()
 
     # ---------------------------------------------------------------- selection and plans
 
@@ -236,11 +220,9 @@ def _check_local_sizes(location: Location, entry: ManifestFile) -> None:
     ):
         with storage_errors(path, f"opening the listed {what}"):
             actual = os.stat(path).st_size
-        if actual != listed:
-            raise CorruptFileError(
-                f"{path}: the manifest lists {listed} bytes for this {what}, the file has {actual}",
-                rule="M4",
-            )
+        found = check_listed_size(what, path, listed, actual)
+        if found is not None:
+            raise found.error()
 
 
 def open_dataset(
@@ -266,38 +248,8 @@ def open_dataset(
 
 
 def _open_dataset(directory: Location, options: ReadOptions | None = None) -> ShuffleDataset:
-    location = directory.child(MANIFEST_NAME)
-    # On object stores the manifest is fetched like any range (transient errors retried,
-    # requests counted); a manifest that does not decode may have been damaged on the way and
-    # is fetched again, unless the same bytes come back.
-    source = None if location.is_local else RemoteSource(location)
-    previous: bytes | None = None
-    attempt = 0
-    while True:
-        with storage_errors(location.url, "opening the dataset"):
-            try:
-                if source is None:
-                    # A ranged read from 0: without a range some file systems ask for the size.
-                    data = read_bytes(location, 0)
-                else:
-                    data = source.read_prefix(MAX_MANIFEST_BYTES + 1).to_pybytes()
-            except MissingObjectError as exc:
-                raise MissingObjectError(
-                    exc.errno,
-                    f"{directory.url} is not an arrowshuffle dataset: it has no {MANIFEST_NAME} "
-                    "(nothing was committed there, or the path is wrong)",
-                ) from exc
-        try:
-            manifest = decode_manifest(data)
-            break
-        except FormatError as exc:
-            if source is None or data == previous or attempt >= source.retry_budget:
-                _raise_naming(exc, location.url)
-            previous = data
-            attempt += 1
-            source.note_refetch("the manifest", attempt, exc)
-    stats = None if source is None else source.stats()
-    return ShuffleDataset(directory, manifest, manifest_stats=stats, options=options)
+    loaded = load_manifest(directory)
+    return ShuffleDataset(directory, loaded.manifest, manifest_stats=loaded.stats, options=options)
 
 
 def open_shuffle(

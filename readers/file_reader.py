@@ -10,21 +10,29 @@ from typing import Any, NoReturn
 import numpy as np
 import pyarrow as pa
 
-from arrowshuffle.format.errors import CorruptFileError, FormatError, InvalidOptionError
+from arrowshuffle.format.errors import FormatError, InvalidOptionError
 from arrowshuffle.format.index import (
     ENTRY_DTYPE,
     HEADER_SIZE,
+    INDEX_PREFIX_BYTES,
     REGION_BROADCAST,
     IndexHeader,
     IndexMeta,
     IndexSections,
+    check_size,
     check_trailer,
     decode_entries,
     decode_header,
     decode_index,
     decode_meta,
 )
+from arrowshuffle.format.manifest_rules import (
+    check_file_counts,
+    check_listed_size,
+    declared_counts,
+)
 from arrowshuffle.format.naming import INDEX_SUFFIX
+from arrowshuffle.format.rule_registry import Violation
 from arrowshuffle.readers.byte_ranges import (
     ChunkRange,
     FetchBlock,
@@ -58,9 +66,6 @@ __all__ = [
     "open_file",
 ]
 
-#: The first request for a remote index fetches this many bytes: header, metadata and often
-#: the entries too, so that most opens cost one request and the rest two.
-INDEX_PREFIX_BYTES = 64 * 1024
 #: Two pieces of an index closer than this are fetched as one range (the bytes between them
 #: cost less than a second request).
 INDEX_MERGE_GAP = 256 * 1024
@@ -112,7 +117,7 @@ class ShuffleFile(Readable):
     Args:
         location: the data file.
         data_size: the data file's size when a listing already says it (no request is made
-            for it); checked against the index.
+            for it); checked against the index (rule M7).
         index_size: the index's size when a listing already says it; an object or header
             that disagrees is a :class:`CorruptFileError` (rule M4) before anything the
             listing predicts is fetched.
@@ -154,11 +159,13 @@ class ShuffleFile(Readable):
         self._fetched: list[pa.Buffer] | None = None
         self._open_index_checked(index_size, want, shape)
         check_regions(self.meta.regions, self.header.data_length, self.url)
-        if data_size is not None and data_size != self.header.data_length:
-            raise CorruptFileError(
-                f"{location.url}: the index declares a data file of {self.header.data_length} "
-                f"bytes, the listing says {data_size}",
-                rule="V13",
+        if data_size is not None:
+            _raise_first(
+                check_file_counts(
+                    location.url,
+                    {"data bytes": data_size},
+                    {"data bytes": self.header.data_length},
+                )
             )
         self._data_size = self.header.data_length
 
@@ -201,11 +208,9 @@ class ShuffleFile(Readable):
     ) -> None:
         source = self._index_source
         if isinstance(source, MappedSource):
-            if index_size is not None and source.size != index_size:
-                raise CorruptFileError(
-                    f"{self.index_location.url}: the listing says the index is {index_size} "
-                    f"bytes, the file has {source.size}",
-                    rule="M4",
+            if index_size is not None:
+                _raise_first(
+                    [check_listed_size("index", self.index_location.url, index_size, source.size)]
                 )
             self._open_mapped_index(source.read_prefix(source.size))
             return
@@ -271,23 +276,14 @@ class ShuffleFile(Readable):
         if self._fetched is not None:
             self._fetched.append(prefix)
         url = self.index_location.url
-        if prefix.size < end:
-            raise CorruptFileError(
-                f"{url}: the listing says the index is {size} bytes, the object has {prefix.size}",
-                rule="M4",
-            )
+        if prefix.size < end:  # the object is shorter than listed
+            _raise_first([check_listed_size("index", url, size, prefix.size)])
         header = decode_header(memoryview(prefix))
-        if header.index_length != size:
-            raise CorruptFileError(
-                f"{url}: the listing says the index is {size} bytes, its header declares "
-                f"{header.index_length}",
-                rule="M4",
-            )
-        if shape is not None and header.num_regions != shape.num_regions:
-            raise CorruptFileError(
-                f"{url}: the listing says the file has {shape.num_regions} regions, its index "
-                f"declares {header.num_regions}",
-                rule="M7",
+        # The index's own declared length counts as its size (M4).
+        _raise_first([check_listed_size("index", url, size, header.index_length)])
+        if shape is not None:
+            _raise_first(
+                check_file_counts(url, {"regions": shape.num_regions}, declared_counts(header))
             )
         return prefix
 
@@ -523,9 +519,7 @@ class ShuffleFile(Readable):
         A data file beside the wrong index would otherwise be decoded with the wrong entries.
         """
         _, violations = check_data_file(self.header, self.schema, source)
-        if violations:
-            first = violations[0]
-            raise CorruptFileError(f"{self.url}: {first.message}", rule=first.rule)
+        _raise_first(violations, self.url)
 
     def file_tasks(
         self,
@@ -626,6 +620,13 @@ class ShuffleFile(Readable):
         )
 
 
+def _raise_first(violations: Sequence[Violation | None], where: str | None = None) -> None:
+    """Raise the first violation found, if any, its message prefixed by ``where``."""
+    for found in violations:
+        if found is not None:
+            raise found.error(where)
+
+
 def _raise_naming(exc: FormatError, url: str) -> NoReturn:
     """Raise ``exc`` with ``url`` at the start of its message.
 
@@ -683,11 +684,8 @@ def _assemble(segments: Sequence[tuple[int, pa.Buffer]], begin: int, end: int) -
             take = min(stop, end) - position
             parts.append(data.slice(position - start, take).to_pybytes())
             position += take
-    if position < end:
-        raise CorruptFileError(
-            f"index bytes [{begin}, {end}) were not fetched completely (got up to {position})",
-            rule="V4",
-        )
+    fetched = f"the end of the fetched index bytes [{begin}, {end})"
+    _raise_first([check_size(fetched, position, end)])
     return pa.py_buffer(b"".join(parts))
 
 

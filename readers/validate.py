@@ -11,17 +11,24 @@ Missing or unreadable objects are storage problems, not invalid data: they raise
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from collections.abc import Iterator
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
 
-from arrowshuffle.format.crc import crc32c
-from arrowshuffle.format.errors import ArrowShuffleError, FormatError
+from arrowshuffle.format.chunks import (
+    check_chunk_crc,
+    check_footer_totals,
+    decode_chunk,
+    misplaced_rows,
+    placement_exemption,
+)
+from arrowshuffle.format.errors import FormatError
 from arrowshuffle.format.index import (
     HEADER_SIZE,
+    INDEX_PREFIX_BYTES,
     ShuffleIndex,
     decode_header,
     decode_index,
@@ -32,15 +39,10 @@ from arrowshuffle.readers.data_file import check_data_file
 from arrowshuffle.readers.source import ByteSource, MappedSource, open_source
 from arrowshuffle.readers.storage import resolve
 
-#: A remote index is fetched as this prefix first, so that a foreign or hostile object is
-#: refused from its header before the rest of it is downloaded.
-INDEX_PREFIX_BYTES = 64 * 1024
 #: The most chunk bytes a deep check holds at once (a larger chunk is read on its own).
 DEEP_WAVE_BYTES = 64 * 1024 * 1024
 #: Rules after which byte ranges of the data file cannot be trusted for a deep check.
 _LAYOUT_RULES = frozenset({"V8", "V9", "V10", "V11", "V13", "V20"})
-
-Recompute = Callable[[dict[str, Any], pa.RecordBatch, int], Any]
 
 
 @dataclass
@@ -106,7 +108,7 @@ def validate_file(
     try:
         index = _read_index(index_source)
     except FormatError as exc:
-        report.violations.append(Violation(exc.rule or "V4", exc.detail))
+        report.violations.append(Violation.from_error(exc, "V4"))
         return report
     return validate_decoded(location.url, index, data, deep=deep)
 
@@ -198,21 +200,22 @@ class _Chunk:
 class _Tally:
     """The first violation of a rule and how many times it occurred."""
 
-    def __init__(self, rule: str) -> None:
-        self.rule = rule
-        self.first: str | None = None
+    def __init__(self) -> None:
+        self.first: Violation | None = None
         self.count = 0
 
-    def add(self, message: str, times: int = 1) -> None:
+    def add(self, found: Violation, times: int = 1) -> None:
         if self.first is None:
-            self.first = message
+            self.first = found
         self.count += times
 
     def violation(self, unit: str) -> list[Violation]:
         if self.first is None:
             return []
-        more = f" ({self.count} {unit} in all)" if self.count > 1 else ""
-        return [Violation(self.rule, self.first + more)]
+        if self.count == 1:
+            return [self.first]
+        more = f" ({self.count} {unit} in all)"
+        return [replace(self.first, message=self.first.message + more)]
 
 
 def _stored_chunks(index: ShuffleIndex) -> list[_Chunk]:
@@ -254,51 +257,6 @@ def _waves(chunks: list[_Chunk]) -> Iterator[list[_Chunk]]:
         yield wave
 
 
-def _load_recompute() -> Recompute | None:
-    """The partitioners' row-id recomputation, when that module provides it."""
-    try:
-        from arrowshuffle.format.partitioners import recompute_subpartitions
-    except ImportError:
-        return None
-    return recompute_subpartitions
-
-
-def _decode_chunk(buffer: pa.Buffer, chunk: _Chunk, schema: pa.Schema) -> list[pa.RecordBatch]:
-    """Decode exactly ``chunk.batches`` record batches spanning exactly the chunk's bytes.
-
-    Raises:
-        FormatError: (rule V17) with what was expected and what was found.
-    """
-    reader = pa.BufferReader(buffer)
-    batches: list[pa.RecordBatch] = []
-    try:
-        for _ in range(chunk.batches):
-            message = pa.ipc.read_message(reader)
-            if message.type != "record batch":
-                raise FormatError(
-                    f"{chunk.where}: batch {len(batches)} is a {message.type!r} message, "
-                    "expected a record batch",
-                    rule="V17",
-                )
-            batch = pa.ipc.read_record_batch(message, schema)
-            batch.validate(full=True)
-            batches.append(batch)
-    except (pa.ArrowException, OSError, EOFError) as exc:
-        raise FormatError(
-            f"{chunk.where}: expected {chunk.batches} record batches of the file's schema, "
-            f"batch {len(batches)} does not decode: {exc}",
-            rule="V17",
-        ) from exc
-    rows = sum(b.num_rows for b in batches)
-    if rows != chunk.rows or reader.tell() != buffer.size:
-        raise FormatError(
-            f"{chunk.where}: expected {chunk.batches} batches with {chunk.rows} rows in "
-            f"{buffer.size} bytes, decoded {rows} rows from {reader.tell()} bytes",
-            rule="V17",
-        )
-    return batches
-
-
 def _deep_checks(
     index: ShuffleIndex,
     data: ByteSource,
@@ -306,110 +264,41 @@ def _deep_checks(
     skipped: list[str],
 ) -> list[Violation]:
     """Rules V16-V19, reading one wave of chunks at a time."""
-    crc = _Tally("V16")
-    decode = _Tally("V17")
-    placement = _Tally("V19")
-    recompute = _placement_checker(index, skipped)
+    crc = _Tally()
+    decode = _Tally()
+    placement = _Tally()
     spec = dict(index.meta.partitioner)
+    exempt = placement_exemption(spec, index.schema, index.num_subpartitions)
+    if exempt is not None:
+        skipped.append(f"V19: {exempt}")
     chunks = _stored_chunks(index)
     for wave in _waves(chunks):
         buffers = data.read_ranges([(c.offset, c.offset + c.length) for c in wave])
         for chunk, buffer in zip(wave, buffers, strict=True):
-            actual = crc32c(buffer)
-            if actual != chunk.crc32c:
-                # Damaged bytes are not decoded: V16 already condemns the chunk.
-                crc.add(
-                    f"{chunk.where} at bytes [{chunk.offset}, {chunk.offset + chunk.length}): "
-                    f"stored CRC32C {chunk.crc32c:#010x}, computed {actual:#010x}"
-                )
+            where = f"{chunk.where} at bytes [{chunk.offset}, {chunk.offset + chunk.length})"
+            damaged = check_chunk_crc(buffer, chunk.crc32c, where)
+            if damaged is not None:
+                crc.add(damaged)  # damaged bytes are not decoded: V16 already condemns them
                 continue
             try:
-                batches = _decode_chunk(buffer, chunk, index.schema)
+                batches = decode_chunk(buffer, index.schema, chunk.batches, chunk.rows, chunk.where)
             except FormatError as exc:
-                decode.add(exc.detail)
+                decode.add(Violation.from_error(exc, "V17"))
                 continue
-            if recompute is not None and chunk.subpartition is not None:
-                _check_placement(
-                    recompute, spec, batches, chunk, index.num_subpartitions, placement
-                )
+            if exempt is None and chunk.subpartition is not None:
+                for batch in batches:
+                    wrong = misplaced_rows(
+                        spec, batch, index.num_subpartitions, chunk.subpartition, chunk.where
+                    )
+                    if wrong is not None:
+                        placement.add(*wrong)
     found = crc.violation("chunks") + decode.violation("chunks")
-    found.extend(_check_footer_totals(chunks, footer))
+    if footer is not None:
+        totals = check_footer_totals(
+            sum(c.batches for c in chunks),
+            sum(c.rows for c in chunks),
+            lambda: (footer.num_record_batches, footer.count_rows()),
+        )
+        if totals is not None:
+            found.append(totals)
     return found + placement.violation("rows")
-
-
-def _placement_checker(index: ShuffleIndex, skipped: list[str]) -> Recompute | None:
-    """The recomputation for rule V19 when it applies to this file, else None (and why).
-
-    A spec this version cannot evaluate (unknown name, a partitioner whose rows do not
-    determine their subpartition, key columns the schema lacks) skips the rule.
-    """
-    recompute = _load_recompute()
-    if recompute is None:
-        skipped.append("V19: the partitioners cannot recompute subpartitions in this version")
-        return None
-    spec = index.meta.partitioner
-    name = spec.get("name")
-    empty = pa.RecordBatch.from_pylist([], schema=index.schema)
-    try:
-        usable = recompute(dict(spec), empty, index.num_subpartitions)
-    except ArrowShuffleError as exc:
-        skipped.append(f"V19: partitioner {name!r} cannot be evaluated: {exc}")
-        return None
-    if usable is None:
-        skipped.append(f"V19: partitioner {name!r} does not determine a row's subpartition")
-        return None
-    return recompute
-
-
-def _check_placement(
-    recompute: Recompute,
-    spec: dict[str, Any],
-    batches: list[pa.RecordBatch],
-    chunk: _Chunk,
-    num_subpartitions: int,
-    tally: _Tally,
-) -> None:
-    """Rule V19 for one chunk: recompute every row's subpartition and compare.
-
-    A partitioner that refuses a stored row (say, an id column holding 9 in a file of 4
-    subpartitions) breaks the rule too.
-    """
-    name = spec.get("name")
-    for batch in batches:
-        try:
-            ids = np.asarray(recompute(spec, batch, num_subpartitions))
-        except ArrowShuffleError as exc:
-            tally.add(f"{chunk.where}: partitioner {name!r} refuses a stored row: {exc}")
-            continue
-        wrong = ids != chunk.subpartition
-        if wrong.any():
-            row = int(np.argmax(wrong))
-            tally.add(
-                f"{chunk.where}: row {row} of a batch belongs to subpartition {int(ids[row])} "
-                f"by partitioner {name!r}",
-                times=int(wrong.sum()),
-            )
-
-
-def _check_footer_totals(
-    chunks: list[_Chunk], footer: pa.ipc.RecordBatchFileReader | None
-) -> list[Violation]:
-    """Rule V18: the footer lists exactly the indexed batches and rows."""
-    if footer is None:
-        return []
-    batches = sum(c.batches for c in chunks)
-    rows = sum(c.rows for c in chunks)
-    try:
-        footer_batches = footer.num_record_batches
-        footer_rows = footer.count_rows()
-    except (pa.ArrowException, OSError) as exc:
-        return [Violation("V18", f"the data file's record batches cannot be counted: {exc}")]
-    if footer_batches != batches or footer_rows != rows:
-        return [
-            Violation(
-                "V18",
-                f"the index's chunks hold {batches} record batches and {rows} rows, the data "
-                f"file's footer lists {footer_batches} batches and {footer_rows} rows",
-            )
-        ]
-    return []

@@ -35,33 +35,34 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from arrowshuffle.format.errors import FormatError, InvalidOptionError, MissingObjectError
+from arrowshuffle.format.errors import FormatError, InvalidOptionError
 from arrowshuffle.format.index import (
     HEADER_SIZE,
-    ShuffleIndex,
+    INDEX_PREFIX_BYTES,
     decode_header,
     decode_index,
     index_checksum,
 )
-from arrowshuffle.format.manifest import Manifest, ManifestFile, decode_manifest
+from arrowshuffle.format.manifest import Manifest, ManifestFile
+from arrowshuffle.format.manifest_rules import (
+    check_file_agrees,
+    check_file_counts,
+    check_index_checksum,
+    check_listed_size,
+    check_subpartition_totals,
+    declared_counts,
+    index_has,
+    listed_counts,
+    manifest_expects,
+)
 from arrowshuffle.format.naming import MANIFEST_NAME, is_part_name
-from arrowshuffle.format.rules import Violation
+from arrowshuffle.format.rule_registry import MANIFEST_RULES, Violation
+from arrowshuffle.readers.manifest_io import load_manifest
 from arrowshuffle.readers.source import ByteSource, MappedSource, open_source
-from arrowshuffle.readers.storage import Location, read_bytes, resolve, storage_errors
-from arrowshuffle.readers.validate import INDEX_PREFIX_BYTES, validate_decoded
+from arrowshuffle.readers.storage import Location, resolve, storage_errors
+from arrowshuffle.readers.validate import validate_decoded
 
-#: Rules of the manifest, as documented above.
-MANIFEST_RULES: dict[str, str] = {
-    "M1": "the manifest is an arrowshuffle manifest with well-typed fields",
-    "M2": "the manifest's format version is supported",
-    "M3": "file names stay inside the dataset directory and each index is named <data file>.idx",
-    "M4": "every listed data and index file is present with its listed size",
-    "M5": "each index's trailer checksum equals the listed index checksum",
-    "M6": "every file has the manifest's schema, subpartition count and partitioner",
-    "M7": "each file's rows, regions and data length equal what its index declares",
-    "M8": "every file is listed once",
-    "M9": "the per-subpartition totals, when listed, are the sums over the files' indexes",
-}
+__all__ = ["MANIFEST_RULES", "DatasetReport", "FileReport", "is_dataset", "validate_dataset"]
 
 #: Called after each file is checked: (files done, files in total, data file name).
 Progress = Callable[[int, int, str], None]
@@ -179,18 +180,10 @@ def validate_dataset(
         raise InvalidOptionError(f"progress must be a callable, found {type(progress).__name__}")
     directory = resolve(path_or_url, storage_options)
     report = DatasetReport(url=directory.url, ok=False, summary={"deep": deep})
-    location = directory.child(MANIFEST_NAME)
-    with storage_errors(location.url, "reading"):
-        try:
-            raw = read_bytes(location, 0)
-        except MissingObjectError as exc:
-            raise MissingObjectError(
-                exc.errno, f"{directory.url} is not a dataset: it has no {MANIFEST_NAME}"
-            ) from exc
     try:
-        manifest = decode_manifest(raw)
+        manifest = load_manifest(directory, name_url=False).manifest
     except FormatError as exc:
-        report.violations.append(Violation(exc.rule or "M1", exc.detail))
+        report.violations.append(Violation.from_error(exc, "M1"))
         return report
     sizes = _listing(directory)
     report.summary.update(
@@ -262,10 +255,7 @@ def _check_files(
 
 
 def _check_totals(manifest: Manifest, files: list[FileReport]) -> list[Violation]:
-    """Rule M9: the manifest's per-subpartition totals are the sums over its files' indexes.
-
-    Checked when every file's index decoded with the manifest's subpartition count.
-    """
+    """Rule M9, checked when every file's index decoded with the manifest's subpartitions."""
     if manifest.sizes is None:
         return []
     n = manifest.num_subpartitions
@@ -274,19 +264,8 @@ def _check_totals(manifest: Manifest, files: list[FileReport]) -> list[Violation
         if f.totals is None or f.totals.shape != (2, n):
             return []
         totals += f.totals
-    listed = np.array([manifest.sizes.bytes, manifest.sizes.rows], dtype=np.int64)
-    wrong = np.argwhere(totals != listed)
-    if wrong.size == 0:
-        return []
-    what, s = (int(v) for v in wrong[0])
-    kind = ("bytes", "rows")[what]
-    return [
-        Violation(
-            "M9",
-            f"the manifest lists {int(listed[what, s])} {kind} for subpartition {s}, its files' "
-            f"indexes hold {int(totals[what, s])}",
-        )
-    ]
+    found = check_subpartition_totals(manifest, totals)
+    return [] if found is None else [found]
 
 
 def _listing(directory: Location) -> dict[str, int] | None:
@@ -333,9 +312,13 @@ def _missing(
     if entry.data in sizes and entry.index in sizes:
         return None
     report = FileReport(name=entry.data, url=url_prefix + entry.data, ok=False)
-    for what, name in (("data file", entry.data), ("index", entry.index)):
-        if name not in sizes:
-            report.violations.append(Violation("M4", f"the listed {what} {name} is missing"))
+    for what, name, listed in (
+        ("data file", entry.data, entry.data_size),
+        ("index", entry.index, entry.index_size),
+    ):
+        found = check_listed_size(what, name, listed, sizes.get(name))
+        if found is not None:
+            report.violations.append(found)
     return report
 
 
@@ -355,12 +338,9 @@ def _check_file(
         ("data file", entry.data, data_size, entry.data_size),
         ("index", entry.index, index_size, entry.index_size),
     ):
-        if actual is None:
-            found.append(Violation("M4", f"the listed {what} {name} is missing"))
-        elif actual != listed:
-            found.append(
-                Violation("M4", f"the {what} {name} is {actual} bytes, the manifest lists {listed}")
-            )
+        size = check_listed_size(what, name, listed, actual)
+        if size is not None:
+            found.append(size)
     if data_size is None or index_size is None:
         return report
     # Sizes come from the objects themselves, never from the manifest: a hostile listed size
@@ -370,24 +350,21 @@ def _check_file(
     try:
         raw = _fetch_index(index_source, index_size)
     except FormatError as exc:  # a large index whose header is refused
-        return _finish(report, Violation(exc.rule or "V4", exc.detail), data_size, index_size, deep)
+        return _finish(report, Violation.from_error(exc, "V4"), data_size, index_size, deep)
     try:
-        stored: int | None = index_checksum(memoryview(raw))
-    except FormatError:
-        stored = None
-    if stored is not None and stored != entry.index_crc32c:
-        found.append(
-            Violation(
-                "M5",
-                f"the index of {entry.data} has checksum {stored:#010x}, the manifest lists "
-                f"{entry.index_crc32c:#010x}",
-            )
+        checksum = check_index_checksum(
+            entry.data, index_checksum(memoryview(raw)), entry.index_crc32c
         )
+    except FormatError:  # too short for a trailer: the index's own rule V4 says so below
+        checksum = None
+    if checksum is not None:
+        found.append(checksum)
     try:
         index = decode_index(memoryview(raw))
     except FormatError as exc:  # the file's own rule, as validate_file reports it
-        return _finish(report, Violation(exc.rule or "V4", exc.detail), data_size, index_size, deep)
-    found.extend(_compare(manifest, entry, index))
+        return _finish(report, Violation.from_error(exc, "V4"), data_size, index_size, deep)
+    found.extend(check_file_agrees(entry.data, manifest_expects(manifest), index_has(index)))
+    found.extend(check_file_counts(entry.data, listed_counts(entry), declared_counts(index.header)))
     entries = index.entries
     sums = [entries[name].sum(axis=1, dtype=np.uint64) for name in ("length", "rows")]
     report.totals = np.stack(sums).astype(np.int64)
@@ -468,41 +445,3 @@ class _Prefetched:
         """The first ``length`` bytes."""
         (prefix,) = self.read_ranges([(0, min(length, self.size))])
         return prefix
-
-
-def _compare(manifest: Manifest, entry: ManifestFile, index: ShuffleIndex) -> list[Violation]:
-    """Rules M6 and M7 for one decoded index."""
-    found: list[Violation] = []
-    name = entry.data
-    if not index.schema.equals(manifest.schema, check_metadata=False):
-        found.append(
-            Violation("M6", f"{name} has schema {index.schema}, the manifest {manifest.schema}")
-        )
-    if index.num_subpartitions != manifest.num_subpartitions:
-        found.append(
-            Violation(
-                "M6",
-                f"{name} has {index.num_subpartitions} subpartitions, the manifest "
-                f"{manifest.num_subpartitions}",
-            )
-        )
-    if dict(index.meta.partitioner) != dict(manifest.partitioner):
-        found.append(
-            Violation(
-                "M6",
-                f"{name} has partitioner {index.meta.partitioner}, the manifest "
-                f"{manifest.partitioner}",
-            )
-        )
-    for what, listed, declared in (
-        ("rows", entry.rows, index.header.total_rows),
-        ("regions", entry.regions, index.num_regions),
-        ("data bytes", entry.data_size, index.header.data_length),
-    ):
-        if listed != declared:
-            found.append(
-                Violation(
-                    "M7", f"the manifest lists {listed} {what} for {name}, its index {declared}"
-                )
-            )
-    return found

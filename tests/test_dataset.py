@@ -315,7 +315,7 @@ def test_a_broken_manifest_is_reported_not_raised(fresh, tmp_path):
     (tmp_path / "ds" / MANIFEST_NAME).write_text('{"kind": "something else"}')
     report = validate_dataset(fresh.url)
     assert [v.rule for v in report.violations] == ["M1"] and report.files == []
-    with pytest.raises(MissingObjectError, match="is not a dataset"):
+    with pytest.raises(MissingObjectError, match="is not an arrowshuffle dataset"):
         validate_dataset(tmp_path / "nothing-here")
 
 

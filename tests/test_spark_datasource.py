@@ -641,7 +641,11 @@ def test_in_process_reader_converts_types_spark_lacks(tmp_path):
         writer.write(table, subpartitions=[0, 1, 1])
     assert writer.written is not None
     commit_dataset(
-        directory, [writer.written], schema=schema, num_subpartitions=2, partitioner={"name": "x"}
+        directory,
+        [writer.written],
+        schema=schema,
+        num_subpartitions=2,
+        partitioner={"name": "explicit"},
     )
     source = ArrowShuffleDataSource(options(path=directory.url))
     struct = source.schema()

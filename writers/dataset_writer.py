@@ -34,12 +34,11 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from arrowshuffle.format.errors import InvalidOptionError, SchemaMismatchError
+from arrowshuffle.format.errors import InvalidOptionError, MissingObjectError, SchemaMismatchError
 from arrowshuffle.format.manifest import (
     Manifest,
     ManifestFile,
     SubpartitionTotals,
-    decode_manifest,
     encode_manifest,
 )
 from arrowshuffle.format.naming import (
@@ -48,7 +47,8 @@ from arrowshuffle.format.naming import (
     is_part_name,
     temp_target,
 )
-from arrowshuffle.readers.storage import Location, read_bytes, resolve, storage_errors
+from arrowshuffle.readers.manifest_io import load_manifest
+from arrowshuffle.readers.storage import Location, resolve, storage_errors
 from arrowshuffle.writers.file_writer import WrittenFile
 from arrowshuffle.writers.output import AtomicOutput, remove_quietly
 
@@ -82,12 +82,15 @@ def normalize_mode(mode: str) -> str:
 
 
 def read_manifest(directory: Location) -> Manifest | None:
-    """The dataset's current manifest, or None when the directory has none."""
-    location = directory.child(MANIFEST_NAME)
-    with storage_errors(location.url, "reading"):
-        if not location.fs.exists(location.path):
-            return None
-    return decode_manifest(read_bytes(location))
+    """The dataset's current manifest, or None when the directory has none.
+
+    Raises:
+        FormatError: the manifest does not decode (see :func:`load_manifest`).
+    """
+    try:
+        return load_manifest(directory).manifest
+    except MissingObjectError:
+        return None
 
 
 def manifest_entry(directory: Location, written: WrittenFile) -> ManifestFile:

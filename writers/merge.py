@@ -19,12 +19,11 @@ from typing import IO, Any
 import numpy as np
 import pyarrow as pa
 
+from arrowshuffle.format.chunks import check_chunk_crc
 from arrowshuffle.format.crc import crc32c
 from arrowshuffle.format.errors import (
-    ChecksumMismatchError,
     CorruptFileError,
     InvalidOptionError,
-    SchemaMismatchError,
 )
 from arrowshuffle.format.index import (
     COMPRESSION_BITS,
@@ -42,9 +41,16 @@ from arrowshuffle.format.ipc_file import (
     walk_messages,
 )
 from arrowshuffle.format.manifest import ManifestFile
+from arrowshuffle.format.manifest_rules import (
+    check_file_agrees,
+    check_file_counts,
+    declared_counts,
+    listed_counts,
+)
 from arrowshuffle.format.naming import INDEX_SUFFIX
 from arrowshuffle.format.notation import parse_bytes
 from arrowshuffle.readers.file_reader import ShuffleFile
+from arrowshuffle.readers.proof import check_run
 from arrowshuffle.readers.source import ByteSource
 from arrowshuffle.readers.storage import Location
 from arrowshuffle.writers.file_writer import WrittenFile
@@ -185,25 +191,20 @@ def _open_inputs(
             directory.child(entry.data), data_size=entry.data_size, index_size=entry.index_size
         )
         url = shuffle_file.url
-        if (shuffle_file.num_rows, shuffle_file.num_regions) != (entry.rows, entry.regions):
-            raise CorruptFileError(
-                f"{url}: the manifest lists {entry.rows} rows in {entry.regions} regions, its "
-                f"index declares {shuffle_file.num_rows} rows in {shuffle_file.num_regions}",
-                rule="M7",
-            )
-        if shuffle_file.num_subpartitions != num_subpartitions:
-            raise CorruptFileError(
-                f"{url}: expected {num_subpartitions} subpartitions (the manifest's), found "
-                f"{shuffle_file.num_subpartitions}",
-                rule="M6",
-            )
-        if shuffle_file.partitioner != dict(partitioner):
-            raise CorruptFileError(
-                f"{url}: expected the manifest's partitioner {partitioner}, found "
-                f"{shuffle_file.partitioner}",
-                rule="M6",
-            )
-        return _Input(shuffle_file, shuffle_file.entries(), shuffle_file.meta.regions)
+        found = check_file_counts(url, listed_counts(entry), declared_counts(shuffle_file.header))
+        if found:
+            raise found[0].error()
+        entries = shuffle_file.entries()
+        # The whole layout is proven (V8-V11) before a byte is copied, as a read proves it.
+        check_run(
+            entries,
+            shuffle_file.meta.regions,
+            range(shuffle_file.num_subpartitions),
+            shuffle_file.num_subpartitions,
+            shuffle_file.header.data_length,
+            url,
+        )
+        return _Input(shuffle_file, entries, shuffle_file.meta.regions)
 
     if directory.is_local or len(files) < 2:
         return [one(f) for f in files]
@@ -261,12 +262,9 @@ class _GroupWriter:
 
     def copy_chunk(self, data: pa.Buffer, batches: int, crc: int, where: Callable[[], str]) -> None:
         """Append one input chunk after checking its bytes against the CRC32C of its entry."""
-        if crc32c(data) != crc:
-            raise ChecksumMismatchError(
-                f"{where()}: chunk bytes do not match their CRC32C (expected {crc:#010x}); "
-                "the input is damaged, nothing was replaced",
-                rule="V16",
-            )
+        damaged = check_chunk_crc(data, crc, where)
+        if damaged is not None:
+            raise damaged.error("the input is damaged, nothing was replaced")
         position = self.position
         for offset, meta, body in walk_messages(data, batches):
             self.blocks.extend((position + offset, meta, body))
@@ -313,12 +311,15 @@ def merge_group(
     schema = inputs[0].file.schema if inputs else None
     if schema is None:
         raise InvalidOptionError("a compaction group needs at least one file")
-    for item in inputs[1:]:
-        if not item.file.schema.equals(schema, check_metadata=False):
-            raise SchemaMismatchError(
-                f"{item.file.url}: expected the schema {schema}, found {item.file.schema}",
-                rule="M6",
-            )
+    for item in inputs:
+        # The first input's schema stands for the manifest's (readers check that one).
+        found = check_file_agrees(
+            item.file.url,
+            (schema, num_subpartitions, partitioner),
+            (item.file.schema, item.file.num_subpartitions, item.file.partitioner),
+        )
+        if found:
+            raise found[0].error()
     regular: list[_RegionRef] = []
     broadcast: list[_RegionRef] = []
     batches = 0
@@ -350,11 +351,10 @@ def merge_group(
             _merge_broadcast(writer, inputs, refs)
             if progress is not None:
                 progress(f"{name}: wrote region {done} of {total}")
-        if len(writer.blocks) != 3 * batches:
+        if len(writer.blocks) != 3 * batches:  # cannot happen once V11 and V17 hold
             raise CorruptFileError(
                 f"{location.url}: the inputs' indexes declare {batches} batches, their chunks "
-                f"hold {len(writer.blocks) // 3}",
-                rule="V17",
+                f"hold {len(writer.blocks) // 3}"
             )
         blocks = np.frombuffer(writer.blocks, dtype=np.int64).reshape(-1, 3)
         data_out.file.write(file_tail(patch_footer_blocks(footer, blocks)))
@@ -475,7 +475,8 @@ def _merge_regular(
             crcs[s] = crc
     _place(entries, start, crcs)
     if start + int(entries["length"].sum()) != writer.position:
-        raise CorruptFileError(f"{writer.url}: merged chunks do not fill their region", rule="V9")
+        # Cannot happen once the inputs' layouts are proven (V9): every chunk is copied whole.
+        raise CorruptFileError(f"{writer.url}: merged chunks do not fill their region")
     writer.add_region(entries, start, broadcast=False)
 
 

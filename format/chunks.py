@@ -1,0 +1,181 @@
+"""The checks of a data file's chunks (rules V16-V19). Pure: chunk bytes in, batches out.
+
+The reader, validation and compaction all check chunks with these functions: the reader when
+it verifies (on object stores by default), validation with ``--deep``, compaction before it
+copies a chunk's bytes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from arrowshuffle.format.crc import crc32c
+from arrowshuffle.format.errors import ArrowShuffleError, ChecksumMismatchError
+from arrowshuffle.format.partitioners import recompute_subpartitions
+from arrowshuffle.format.rule_registry import Violation, implements
+
+
+@implements("V16")
+def check_chunk_crc(data: Any, stored: int, where: str | Callable[[], str]) -> Violation | None:
+    """V16: the chunk's bytes match the CRC32C of its entry.
+
+    Args:
+        data: exactly the chunk's bytes (a pyarrow buffer or any buffer-protocol object).
+        stored: the entry's ``crc32c``.
+        where: names the chunk (its file, region, subpartition and byte range); a callable
+            is called only when the check fails, to spare building the name of every chunk.
+    """
+    actual = crc32c(data)
+    if actual == stored:
+        return None
+    if callable(where):
+        where = where()
+    return Violation(
+        "V16",
+        f"{where}: stored CRC32C {stored:#010x}, computed {actual:#010x}",
+        ChecksumMismatchError,
+    )
+
+
+@implements("V17")
+def decode_chunk(
+    data: pa.Buffer,
+    schema: pa.Schema,
+    batches: int,
+    rows: int,
+    where: str,
+    *,
+    full: bool = True,
+) -> list[pa.RecordBatch]:
+    """V17: decode a chunk into exactly its declared record batches and rows.
+
+    The bytes must be exactly ``batches`` encapsulated record-batch messages of ``schema``
+    holding ``rows`` rows; each chunk is decoded from its own bytes, since totals that agree
+    over several chunks could hide rows moved between them.
+
+    Args:
+        data: exactly the chunk's bytes.
+        schema: the file's schema.
+        batches: the entry's batch count.
+        rows: the entry's row count.
+        where: names the chunk, for messages.
+        full: also run Arrow's full validation of every batch (offsets, dictionary indices,
+            UTF-8), which reads all of the batch's buffers: the batches stay zero-copy but
+            the check costs about as much as a CRC.
+
+    Raises:
+        CorruptFileError: (V17) with what was expected and what was found.
+    """
+    reader = pa.BufferReader(data)
+    out: list[pa.RecordBatch] = []
+    try:
+        for _ in range(batches):
+            message = pa.ipc.read_message(reader)
+            if message.type != "record batch":
+                raise Violation(
+                    "V17",
+                    f"{where}: batch {len(out)} is a {message.type!r} message, expected a "
+                    "record batch",
+                ).error()
+            batch = pa.ipc.read_record_batch(message, schema)
+            if full:
+                batch.validate(full=True)
+            out.append(batch)
+    except (pa.ArrowException, OSError, EOFError) as exc:
+        # Damaged bytes surface as any pyarrow error: invalid, IO, out of memory for a hostile
+        # declared length, or an end of stream in the middle of a message.
+        raise Violation(
+            "V17",
+            f"{where}: expected {batches} record batches of the file's schema, batch {len(out)} "
+            f"does not decode: {exc}",
+        ).error() from exc
+    found = sum(b.num_rows for b in out)
+    if found != rows or reader.tell() != data.size:
+        raise Violation(
+            "V17",
+            f"{where}: expected {batches} batches with {rows} rows in {data.size} bytes, "
+            f"decoded {found} rows from {reader.tell()} bytes",
+        ).error()
+    return out
+
+
+@implements("V18")
+def check_footer_totals(
+    batches: int, rows: int, footer: Callable[[], tuple[int, int]]
+) -> Violation | None:
+    """V18: the data file's footer lists exactly the indexed batches and rows.
+
+    Args:
+        batches: the batches of the distinct non-empty chunks (a broadcast chunk once).
+        rows: their rows.
+        footer: counts the footer's record batches and their rows.
+    """
+    try:
+        footer_batches, footer_rows = footer()
+    except (pa.ArrowException, OSError) as exc:
+        return Violation("V18", f"the data file's record batches cannot be counted: {exc}")
+    if (footer_batches, footer_rows) == (batches, rows):
+        return None
+    return Violation(
+        "V18",
+        f"the index's chunks hold {batches} record batches and {rows} rows, the data file's "
+        f"footer lists {footer_batches} batches and {footer_rows} rows",
+    )
+
+
+def placement_exemption(
+    spec: dict[str, Any], schema: pa.Schema, num_subpartitions: int
+) -> str | None:
+    """Why rule V19 does not apply to a file with this partitioner, or None when it does.
+
+    A spec this version cannot evaluate (unknown name, key columns the schema lacks) and a
+    partitioner whose rows do not determine their subpartition are exempt.
+    """
+    name = spec.get("name")
+    empty = pa.RecordBatch.from_pylist([], schema=schema)
+    try:
+        usable = recompute_subpartitions(dict(spec), empty, num_subpartitions)
+    except ArrowShuffleError as exc:
+        return f"partitioner {name!r} cannot be evaluated: {exc}"
+    if usable is None:
+        return f"partitioner {name!r} does not determine a row's subpartition"
+    return None
+
+
+@implements("V19")
+def misplaced_rows(
+    spec: dict[str, Any],
+    batch: pa.RecordBatch,
+    num_subpartitions: int,
+    subpartition: int,
+    where: str,
+) -> tuple[Violation, int] | None:
+    """V19: the rows of a regular chunk's batch that its partitioner assigns elsewhere.
+
+    A partitioner that refuses a stored row (say, an id column holding 9 in a file of 4
+    subpartitions) breaks the rule too. Apply only where :func:`placement_exemption` is None.
+
+    Returns:
+        The first misplaced row's violation and how many rows are misplaced, or None.
+    """
+    name = spec.get("name")
+    try:
+        ids = np.asarray(recompute_subpartitions(spec, batch, num_subpartitions))
+    except ArrowShuffleError as exc:
+        return Violation("V19", f"{where}: partitioner {name!r} refuses a stored row: {exc}"), 1
+    wrong = ids != subpartition
+    if not wrong.any():
+        return None
+    row = int(np.argmax(wrong))
+    return (
+        Violation(
+            "V19",
+            f"{where}: row {row} of a batch belongs to subpartition {int(ids[row])} by "
+            f"partitioner {name!r}",
+        ),
+        int(wrong.sum()),
+    )
