@@ -16,12 +16,14 @@ from arrowshuffle.format.manifest import Manifest, ManifestFile
 from arrowshuffle.format.manifest_rules import (
     check_file_agrees,
     check_file_counts,
+    check_index_checksum,
     check_listed_size,
     declared_counts,
     listed_counts,
     manifest_expects,
 )
 from arrowshuffle.format.naming import INDEX_SUFFIX, MANIFEST_NAME
+from arrowshuffle.format.rule_registry import Violation
 from arrowshuffle.readers.byte_ranges import Subpartitions
 from arrowshuffle.readers.file_reader import IndexShape, ShuffleFile, open_file
 from arrowshuffle.readers.manifest_io import load_manifest
@@ -133,17 +135,24 @@ class ShuffleDataset(Readable):
             return self._files.setdefault(i, shuffle_file)
 
     def _check_file(self, shuffle_file: ShuffleFile, i: int) -> None:
-        """Rules M7 and M6: the file is what the manifest lists, raised at the first broken."""
+        """Rules M5, M7 and M6: the file is what the manifest lists, raised at the first broken.
+
+        M5 is checked whenever the open holds the index's trailer (see ShuffleFile.index_crc32c).
+        """
         entry = self.manifest.files[i]
         url = shuffle_file.url
-        found = check_file_counts(url, listed_counts(entry), declared_counts(shuffle_file.header))
+        found: list[Violation | None] = []
+        if shuffle_file.index_crc32c is not None:
+            found.append(check_index_checksum(url, shuffle_file.index_crc32c, entry.index_crc32c))
+        found += check_file_counts(url, listed_counts(entry), declared_counts(shuffle_file.header))
         found += check_file_agrees(
             url,
             manifest_expects(self.manifest),
             (shuffle_file.schema, shuffle_file.num_subpartitions, shuffle_file.partitioner),
         )
-        if found:
-            raise found[0].error()
+        for violation in found:
+            if violation is not None:
+                raise violation.error()
 
     # ---------------------------------------------------------------- selection and plans
 

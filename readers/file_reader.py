@@ -25,6 +25,7 @@ from arrowshuffle.format.index import (
     decode_header,
     decode_index,
     decode_meta,
+    index_checksum,
 )
 from arrowshuffle.format.manifest_rules import (
     check_file_counts,
@@ -56,7 +57,7 @@ from arrowshuffle.readers.source import (
     RemoteSource,
     open_source,
 )
-from arrowshuffle.readers.storage import Location, resolve
+from arrowshuffle.readers.storage import Location, object_size, resolve
 
 __all__ = [
     "INDEX_MERGE_GAP",
@@ -157,6 +158,9 @@ class ShuffleFile(Readable):
         self.meta: IndexMeta
         # The index buffers fetched by the open in progress (None once it is done).
         self._fetched: list[pa.Buffer] | None = None
+        #: The whole-index CRC32C of the trailer, when the open holds the whole index (always
+        #: locally; remotely when it came with the first request): a manifest lists it (M5).
+        self.index_crc32c: int | None = None
         self._open_index_checked(index_size, want, shape)
         check_regions(self.meta.regions, self.header.data_length, self.url)
         if data_size is not None:
@@ -251,6 +255,7 @@ class ShuffleFile(Readable):
         self.header = decode_header(view, object_size=data.size)
         self.meta = decode_meta(self.header, view[: self.header.sections.entries_offset])
         check_trailer(self.header, view)
+        self.index_crc32c = index_checksum(view)
         self._index_bytes = data
 
     def _first_fetch(
@@ -279,8 +284,13 @@ class ShuffleFile(Readable):
         if prefix.size < end:  # the object is shorter than listed
             _raise_first([check_listed_size("index", url, size, prefix.size)])
         header = decode_header(memoryview(prefix))
-        # The index's own declared length counts as its size (M4).
-        _raise_first([check_listed_size("index", url, size, header.index_length)])
+        if header.index_length != size:
+            # The listing or the object is wrong: the object's own size tells which (one request,
+            # on this error path only), so that every reader names the rule validation names.
+            what = "the index object in bytes"
+            _raise_first([check_size(what, object_size(self.index_location), header.index_length)])
+            # The index's own declared length counts as its size (M4).
+            _raise_first([check_listed_size("index", url, size, header.index_length)])
         if shape is not None:
             _raise_first(
                 check_file_counts(url, {"regions": shape.num_regions}, declared_counts(header))
@@ -296,6 +306,7 @@ class ShuffleFile(Readable):
     def _install_full_index(self, data: pa.Buffer) -> None:
         """Decode and check a whole index (rules V1-V7), keeping every entry."""
         index = decode_index(memoryview(data))
+        self.index_crc32c = index_checksum(data)
         self.header = index.header
         self.meta = index.meta
         self._index_bytes = data

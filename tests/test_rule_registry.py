@@ -67,11 +67,6 @@ def test_a_rule_cannot_be_implemented_twice() -> None:
     assert before == IMPLEMENTATIONS
 
 
-# Lines still raising a rule of their own, each to call its check in arrowshuffle.format: the
-# Spark data source's size check of the listed files (rule M4, which it names M7).
-PENDING = {"arrowshuffle/spark/datasource.py"}
-
-
 def test_no_module_outside_format_names_a_rule_of_its_own() -> None:
     pattern = re.compile(r"""rule\s*=\s*["'][VM]\d|Violation\(""")
     found = [
@@ -81,6 +76,4 @@ def test_no_module_outside_format_names_a_rule_of_its_own() -> None:
         for n, line in enumerate(path.read_text().splitlines(), start=1)
         if pattern.search(line)
     ]
-    pending = [f for f in found if f.split(":")[0] in PENDING]
-    assert [f for f in found if f not in pending] == []
-    assert len(pending) <= 1  # the list only shrinks
+    assert found == []

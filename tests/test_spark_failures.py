@@ -163,7 +163,10 @@ def test_a_data_file_of_another_size_is_named(spark, committed, tmp_path):
     size = (copy / data).stat().st_size
     with open(copy / data, "ab") as f:
         f.write(b"\0" * 3)
-    message = f"{data} with {size} bytes, the file has {size + 3} bytes"
+    message = (
+        f"[M4] dataset {copy} is damaged: the data file {data} is {size + 3} bytes, "
+        f"the manifest lists {size}"
+    )
     with pytest.raises(Exception, match=re.escape(message)):
         read_all(spark, copy)
 

@@ -32,12 +32,12 @@ import numpy as np
 import pyarrow as pa
 
 from arrowshuffle.format.errors import (
-    CorruptFileError,
     InvalidOptionError,
     MissingExtraError,
     MissingObjectError,
     SchemaMismatchError,
 )
+from arrowshuffle.format.manifest_rules import check_listed_size
 from arrowshuffle.format.naming import new_file_name, new_job_id
 from arrowshuffle.format.partitioners import key_group_range
 from arrowshuffle.format.partitioners.base import Partitioner
@@ -364,12 +364,11 @@ def check_files(dataset: ShuffleDataset) -> None:
                     f"({expected} bytes), which does not exist",
                 )
             found = sizes[name]
-            if found is not None and int(found) != expected:
-                raise CorruptFileError(
-                    f"dataset {dataset.url} is damaged: its manifest lists {name} with "
-                    f"{expected} bytes, the file has {int(found)} bytes",
-                    rule="M7",
-                )
+            if found is not None:
+                what = "data file" if name == entry.data else "index"
+                violation = check_listed_size(what, name, expected, int(found))
+                if violation is not None:
+                    raise violation.error(f"dataset {dataset.url} is damaged")
 
 
 class ArrowShuffleReader(DataSourceReader):

@@ -32,44 +32,14 @@ FORMAT_ERRORS = re.compile(
 )
 
 # Known failures: each names the exception the test fails with.
-M6_NOT_READ = Known(
-    "open_dataset(...).read() compares the manifest's schema and subpartition count with each "
-    "file's, not its partitioner spec (M6): a hash seed that differs reads without error",
-    pytest.fail.Exception,
-)
-M5_NOT_READ = Known(
-    "the reader never compares the manifest's index_crc32c with the index's trailer (M5; "
-    "spec.md, section 11: M4-M7 are checked by readers for the files they open): it reads",
-    pytest.fail.Exception,
-)
-M4_NOT_V4 = Known(
-    "the ranged reader reports M4 (listed index_size against the header's index_length) where "
-    "the local reader and validate_dataset report V4 (object size against index_length)",
+SCHEMA_SEEN_LATE = Known(
+    "a ranged reader does not fetch the data file's footer before its first chunk, so it sees "
+    "a data file of another schema only while decoding a chunk (V17, refused with verify on), "
+    "not as V15",
     AssertionError,
 )
-SCHEMA_NOT_CHECKED = Known(
-    "the ranged reader does not read the footer (V15) and decodes the chunks with the index's "
-    "large_string schema without full validation: it returns a table that is not valid Arrow "
-    "(validate(full=True): large_string offsets buffer too small; to_pylist raises "
-    "SystemError) instead of refusing the file",
-    pytest.fail.Exception,
-)
-SPARK_SIZE_IS_M7 = Known(
-    "the Spark reader's check_files names M7 for a listed index_size that differs from the "
-    "object's size; spec.md names it M4 (open_dataset and validate do)",
-    AssertionError,
-)
-DATASET_READER_KNOWN = {
-    "dataset-partitioner_seed_differs": M6_NOT_READ,
-    "dataset-index_crc_wrong": M5_NOT_READ,
-}
-RANGED_READER_KNOWN = {
-    **DATASET_READER_KNOWN,
-    "file-truncated_index": M4_NOT_V4,
-    "file-index_trailing_garbage": M4_NOT_V4,
-    "file-hostile_schema_length": M4_NOT_V4,
-    "file-schema_mismatch": SCHEMA_NOT_CHECKED,
-}
+DATASET_READER_KNOWN: dict[str, Known] = {}
+RANGED_READER_KNOWN = {"file-schema_mismatch": SCHEMA_SEEN_LATE}
 
 
 def run_cli(*args: str) -> tuple[int, str, str]:
@@ -226,7 +196,7 @@ class TestSparkDataSource(ReadsVectors):
 
     TAKES = "dataset"
     ORDERED = False  # Spark partitions come back in any order
-    KNOWN = {**DATASET_READER_KNOWN, "dataset-index_size_wrong": SPARK_SIZE_IS_M7}
+    KNOWN = DATASET_READER_KNOWN
 
     @pytest.fixture
     def read_vector(self, spark_outcomes: dict[str, Callable[[], pa.Table]]) -> ReadVector:

@@ -56,7 +56,7 @@ READERS = frozenset({Kind.READ, Kind.RANGED_READ})
 
 #: The kinds of surface that see each rule (spec.md, sections 6.5, 6.6, 10 and 11).
 SEEN_BY: dict[str, frozenset[Kind]] = {
-    # Index decoding (V1-V7), the reader's proof (V8-V11, V20 region flags), the data file's
+    # Index decoding (V1-V7), the reader's proof (V8-V11, V20 in the region table), the data file's
     # ends and schema (V13, V15): checked before any row is returned. A ranged reader need not
     # read the footer (spec.md, section 6.1) but must not decode chunks with a schema they were
     # not written with (section 6.5), so it too refuses a V15 file.
@@ -65,8 +65,8 @@ SEEN_BY: dict[str, frozenset[Kind]] = {
     # The file id sits in the footer, which only a local reader reads before the first data read
     # (spec.md, section 6.1); a data file of another index but with the same bytes reads alike.
     "V14": frozenset({Kind.READ, *VALIDATORS}),
-    # Readers do not inspect reserved words (spec.md, section 10); validators do.
-    "V20 reserved": VALIDATORS,
+    # Readers do not read the trailer's reserved word (spec.md, section 10); validators do.
+    "V20 trailer": VALIDATORS,
     # The header's total is a summary: the entries, which readers check, say where rows are.
     "V12": VALIDATORS,
     # Chunk checksums: readers that verify (every read surface here asks to) and deep checks.

@@ -771,8 +771,6 @@ BROKEN = (
         "V20",
         "region 0's reserved word is 7 (checksums fixed)",
         region_reserved_fixed,
-        reads=same_rows,
-        part="reserved",
     ),
     Broken(
         "reserved_trailer_word",
@@ -781,7 +779,7 @@ BROKEN = (
         "the trailer's reserved word is 1 (no checksum covers it)",
         trailer_reserved,
         reads=same_rows,
-        part="reserved",
+        part="trailer",
     ),
     Broken(
         "total_rows_wrong",
