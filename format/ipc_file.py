@@ -46,12 +46,10 @@ _I64 = struct.Struct("<q")
 def _field_position(buf: bytes | memoryview, table: int, field: int, end: int) -> int | None:
     """Where field ``field`` of the flatbuffer table at ``table`` is stored, None if absent."""
     if not 0 <= table <= end - 4:
-        raise CorruptFileError(f"a flatbuffer table at {table} lies outside the buffer", rule="V13")
+        raise CorruptFileError(f"a flatbuffer table at {table} lies outside the buffer")
     vtable = table - _I32.unpack_from(buf, table)[0]
     if not 0 <= vtable <= end - 4:
-        raise CorruptFileError(
-            f"a flatbuffer vtable at {vtable} lies outside the buffer", rule="V13"
-        )
+        raise CorruptFileError(f"a flatbuffer vtable at {vtable} lies outside the buffer")
     vtable_size = _U16.unpack_from(buf, vtable)[0]
     slot = 4 + 2 * field
     if slot + 2 > vtable_size or vtable + slot + 2 > end:
@@ -75,7 +73,8 @@ def walk_messages(
         length prefix).
 
     Raises:
-        CorruptFileError: the bytes are not whole messages, or not ``expected`` of them (V17).
+        CorruptFileError: the bytes are not whole messages, or not ``expected`` of them (a
+            parse error: the caller's rule check names the rule, see ``format.chunks``).
     """
     view = memoryview(data).cast("B") if not isinstance(data, bytes) else data
     size = len(view)
@@ -85,16 +84,14 @@ def walk_messages(
         if position + 8 > size or _U32.unpack_from(view, position)[0] != CONTINUATION:
             raise CorruptFileError(
                 f"expected an encapsulated IPC message (continuation 0xFFFFFFFF) at byte "
-                f"{position} of {size}",
-                rule="V17",
+                f"{position} of {size}"
             )
         length = _I32.unpack_from(view, position + 4)[0]
         start = position + 8
         if length <= 0 or start + length > size:
             raise CorruptFileError(
                 f"IPC message at byte {position} declares {length} metadata bytes; "
-                f"{size - start} remain",
-                rule="V17",
+                f"{size - start} remain"
             )
         root = start + _U32.unpack_from(view, start)[0]
         field = _field_position(view, root, _MESSAGE_BODY_LENGTH, start + length)
@@ -103,14 +100,13 @@ def walk_messages(
         if body < 0 or end > size:
             raise CorruptFileError(
                 f"IPC message at byte {position} declares a body of {body} bytes; "
-                f"{size - start - length} remain",
-                rule="V17",
+                f"{size - start - length} remain"
             )
         out.append((position, 8 + length, body))
         position = end
     if expected is not None and len(out) != expected:
         raise CorruptFileError(
-            f"expected {expected} IPC messages in {size} bytes, found {len(out)}", rule="V17"
+            f"expected {expected} IPC messages in {size} bytes, found {len(out)}"
         )
     return out
 
@@ -124,12 +120,12 @@ def split_file_tail(tail: bytes) -> tuple[bytes, int]:
         CorruptFileError: no ``ARROW1`` magic at the end or a footer length that does not fit.
     """
     if len(tail) < 10 or tail[-6:] != ARROW_MAGIC:
-        raise CorruptFileError("an Arrow IPC file must end with the magic ARROW1", rule="V13")
+        raise CorruptFileError("an Arrow IPC file must end with the magic ARROW1")
     length = _I32.unpack_from(tail, len(tail) - 10)[0]
     start = len(tail) - 10 - length
     if length <= 0 or start < 0:
         raise CorruptFileError(
-            f"the footer declares {length} bytes; {len(tail) - 10} are available", rule="V13"
+            f"the footer declares {length} bytes; {len(tail) - 10} are available"
         )
     return tail[start : start + length], start
 
@@ -143,14 +139,13 @@ def footer_blocks_range(footer: bytes | memoryview) -> tuple[int, int]:
         return 0, 0
     vector = field + _U32.unpack_from(footer, field)[0]
     if not 0 <= vector <= size - 4:
-        raise CorruptFileError("the footer's recordBatches vector lies outside it", rule="V13")
+        raise CorruptFileError("the footer's recordBatches vector lies outside it")
     count = _U32.unpack_from(footer, vector)[0]
     start = vector + 4
     stop = start + count * BLOCK_DTYPE.itemsize
     if stop > size:
         raise CorruptFileError(
-            f"the footer lists {count} record batches, more than its {size} bytes hold",
-            rule="V13",
+            f"the footer lists {count} record batches, more than its {size} bytes hold"
         )
     return start, stop
 

@@ -395,3 +395,47 @@ def test_cli_and_spark_compaction_on_s3(spark, s3_endpoint, s3_bucket):
             assert report.files_after == 1
         assert arrowshuffle.open_dataset(url, storage).num_files == 1
         _check_compacted(url, before, storage)
+
+
+def test_a_chunk_whose_bytes_are_not_its_messages_is_refused_as_v17(tmp_path):
+    """Bytes that match their CRC32C but are not the declared messages stop compaction (V17)."""
+    import dataclasses
+
+    from arrowshuffle.format.crc import crc32c
+    from arrowshuffle.format.index import ENTRY_DTYPE, decode_index, encode_index, index_checksum
+    from arrowshuffle.format.manifest import encode_manifest
+
+    url = str(tmp_path / "ds")
+    write_test_dataset(url, num_files=2, num_subpartitions=3)
+    manifest_path = tmp_path / "ds" / MANIFEST_NAME
+    manifest = decode_manifest(manifest_path.read_bytes())
+    victim = manifest.files[0]
+    data_path, index_path = tmp_path / "ds" / victim.data, tmp_path / "ds" / victim.index
+    index = decode_index(index_path.read_bytes())
+    entries = np.array(index.entries, dtype=ENTRY_DTYPE, copy=True)
+    s, r = (int(i) for i in np.argwhere(entries["length"] > 0)[0])
+    offset = int(entries[s, r]["offset"])
+    data = bytearray(data_path.read_bytes())
+    data[offset : offset + 4] = b"\0\0\0\0"  # the continuation marker of its first message
+    data_path.write_bytes(bytes(data))
+    length = int(entries[s, r]["length"])
+    entries[s, r]["crc32c"] = crc32c(bytes(data[offset : offset + length]))
+    raw = encode_index(
+        schema=index.schema,
+        partitioner=index.meta.partitioner,
+        file_id=index.header.file_id,
+        data_length=index.header.data_length,
+        regions=index.meta.regions,
+        entries=entries,
+        compression=index.header.compression,
+    )
+    index_path.write_bytes(raw)
+    listed = dataclasses.replace(victim, index_crc32c=index_checksum(raw))
+    manifest = dataclasses.replace(manifest, files=(listed, *manifest.files[1:]))
+    manifest_path.write_bytes(encode_manifest(manifest))
+    before = manifest_path.read_bytes()
+
+    with pytest.raises(arrowshuffle.CorruptFileError) as caught:
+        arrowshuffle.compact(url, target_file_size=1 << 30)
+    assert caught.value.rule == "V17"
+    assert manifest_path.read_bytes() == before  # nothing was replaced

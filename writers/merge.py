@@ -19,7 +19,7 @@ from typing import IO, Any
 import numpy as np
 import pyarrow as pa
 
-from arrowshuffle.format.chunks import check_chunk_crc
+from arrowshuffle.format.chunks import check_chunk_crc, decode_chunk
 from arrowshuffle.format.crc import crc32c
 from arrowshuffle.format.errors import (
     CorruptFileError,
@@ -243,10 +243,12 @@ class _GroupWriter:
         self,
         out: IO[bytes],
         header: bytes,
+        schema: pa.Schema,
         num_subpartitions: int,
         url: str,
     ) -> None:
         self._out = out
+        self.schema = schema
         self.url = url
         self.position = 0
         self.blocks = array.array("q")
@@ -260,13 +262,22 @@ class _GroupWriter:
         self._out.write(data)
         self.position += memoryview(data).nbytes
 
-    def copy_chunk(self, data: pa.Buffer, batches: int, crc: int, where: Callable[[], str]) -> None:
+    def copy_chunk(
+        self, data: pa.Buffer, batches: int, rows: int, crc: int, where: Callable[[], str]
+    ) -> None:
         """Append one input chunk after checking its bytes against the CRC32C of its entry."""
         damaged = check_chunk_crc(data, crc, where)
         if damaged is not None:
             raise damaged.error("the input is damaged, nothing was replaced")
+        try:
+            messages = walk_messages(data, batches)
+        except CorruptFileError:
+            # Bytes that are not the declared messages break V17: its one check names how
+            # (decoding only on this path keeps the copy free of per-batch decoding).
+            decode_chunk(data, self.schema, batches, rows, where(), full=False)
+            raise
         position = self.position
-        for offset, meta, body in walk_messages(data, batches):
+        for offset, meta, body in messages:
             self.blocks.extend((position + offset, meta, body))
         self._write(data)
 
@@ -339,7 +350,7 @@ def merge_group(
     data_out = AtomicOutput(location)
     index_out: AtomicOutput | None = None
     try:
-        writer = _GroupWriter(data_out.file, header, num_subpartitions, location.url)
+        writer = _GroupWriter(data_out.file, header, schema, num_subpartitions, location.url)
         packed = _pack(regular, budget)
         packed_broadcast = _pack(broadcast, budget)
         total = len(packed) + len(packed_broadcast)
@@ -458,19 +469,26 @@ def _merge_regular(
         pieces = [(0, writer.num_subpartitions, based)]
     # Plain lists: per-chunk numpy scalar access would dominate the copy of small chunks.
     lists = [
-        (c["offset"].tolist(), c["length"].tolist(), c["batches"].tolist(), c["crc32c"].tolist())
+        (
+            c["offset"].tolist(),
+            c["length"].tolist(),
+            c["batches"].tolist(),
+            c["rows"].tolist(),
+            c["crc32c"].tolist(),
+        )
         for c in columns
     ]
     for first, stop, based in pieces:
         for s in (first + np.flatnonzero(entries["length"][first:stop])).tolist():
             crc = 0
-            for j, (offsets, lengths, batches, checks) in enumerate(lists):
+            for j, (offsets, lengths, batches, rows, checks) in enumerate(lists):
                 length = lengths[s]
                 if length == 0:
                     continue
                 base, buffer = based[j]
                 piece = buffer.slice(offsets[s] - base, length)
-                writer.copy_chunk(piece, batches[s], checks[s], _where(inputs, refs[j], s))
+                where = _where(inputs, refs[j], s)
+                writer.copy_chunk(piece, batches[s], rows[s], checks[s], where)
                 crc = crc32c(piece, crc)
             crcs[s] = crc
     _place(entries, start, crcs)
@@ -527,7 +545,9 @@ def _merge_broadcast(writer: _GroupWriter, inputs: list[_Input], refs: list[_Reg
         if int(entry["length"]) == 0:
             continue
         where = _where(inputs, ref, 0)
-        writer.copy_chunk(buffer, int(entry["batches"]), int(entry["crc32c"]), where)
+        writer.copy_chunk(
+            buffer, int(entry["batches"]), int(entry["rows"]), int(entry["crc32c"]), where
+        )
         crc = crc32c(buffer, crc)
         rows += int(entry["rows"])
         batches += int(entry["batches"])
