@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any, NoReturn
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -57,7 +57,7 @@ from arrowshuffle.readers.source import (
     RemoteSource,
     open_source,
 )
-from arrowshuffle.readers.storage import Location, object_size, resolve
+from arrowshuffle.readers.storage import Location, object_size, raise_naming, resolve
 
 __all__ = [
     "INDEX_MERGE_GAP",
@@ -195,11 +195,11 @@ class ShuffleFile(Readable):
             except FormatError as exc:
                 fetched = self._fetched
                 if not isinstance(source, RemoteSource) or attempt >= source.retry_budget:
-                    _raise_naming(exc, self.index_location.url)
+                    raise_naming(exc, self.index_location.url)
                 if exc.rule in _LISTING_RULES:
                     raise  # the object contradicts its listing: no transfer damage, since V3 held
                 if previous is not None and _same_buffers(previous, fetched):
-                    _raise_naming(exc, self.index_location.url)
+                    raise_naming(exc, self.index_location.url)
                 previous = fetched
                 attempt += 1
                 self._entries.clear()
@@ -334,13 +334,13 @@ class ShuffleFile(Readable):
                 break
             except FormatError as exc:
                 if not (refetch and isinstance(source, RemoteSource)):
-                    _raise_naming(exc, self.index_location.url)
+                    raise_naming(exc, self.index_location.url)
                 if attempt >= source.retry_budget:
-                    _raise_naming(exc, self.index_location.url)
+                    raise_naming(exc, self.index_location.url)
                 attempt += 1
                 fresh = source.refetch(begin, begin + data.size, attempt, exc)
                 if fresh.equals(data):
-                    _raise_naming(exc, self.index_location.url)
+                    raise_naming(exc, self.index_location.url)
                 data = fresh
         for i in range(count):
             self._entries[first + i] = decoded[i]
@@ -636,20 +636,6 @@ def _raise_first(violations: Sequence[Violation | None], where: str | None = Non
     for found in violations:
         if found is not None:
             raise found.error(where)
-
-
-def _raise_naming(exc: FormatError, url: str) -> NoReturn:
-    """Raise ``exc`` with ``url`` at the start of its message.
-
-    The codecs do not know which object they decode; the reader does.
-    """
-    if url in str(exc):
-        raise exc
-    try:
-        named = type(exc)(f"{url}: {exc.detail}", rule=exc.rule)
-    except TypeError:  # a subclass with another signature: keep it as it is
-        raise exc from exc.__cause__
-    raise named from exc
 
 
 def _same_buffers(a: Sequence[pa.Buffer], b: Sequence[pa.Buffer]) -> bool:

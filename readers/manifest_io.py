@@ -7,9 +7,8 @@ from dataclasses import dataclass
 from arrowshuffle.format.errors import FormatError, MissingObjectError
 from arrowshuffle.format.manifest import MAX_MANIFEST_BYTES, Manifest, decode_manifest
 from arrowshuffle.format.naming import MANIFEST_NAME
-from arrowshuffle.readers.file_reader import _raise_naming
 from arrowshuffle.readers.source import ReadStats, RemoteSource
-from arrowshuffle.readers.storage import Location, read_bytes, storage_errors
+from arrowshuffle.readers.storage import Location, raise_naming, read_bytes, storage_errors
 
 
 @dataclass(frozen=True)
@@ -65,7 +64,7 @@ def load_manifest(directory: Location, *, name_url: bool = True) -> LoadedManife
             if source is None or data == previous or attempt >= source.retry_budget:
                 if not name_url:
                     raise
-                _raise_naming(exc, location.url)
+                raise_naming(exc, location.url)
             previous = data
             attempt += 1
             source.note_refetch("the manifest", attempt, exc)

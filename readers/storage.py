@@ -11,13 +11,14 @@ import os
 import posixpath
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, NoReturn
 
 import fsspec
 from fsspec.implementations.local import LocalFileSystem
 
 from arrowshuffle.format.errors import (
     ArrowShuffleError,
+    FormatError,
     InvalidOptionError,
     MissingExtraError,
     MissingObjectError,
@@ -284,3 +285,17 @@ def read_bytes(location: Location, start: int | None = None, end: int | None = N
     with storage_errors(location.url, "reading"):
         data = location.fs.cat_file(location.path, start=start, end=end)
     return bytes(data)
+
+
+def raise_naming(exc: FormatError, url: str) -> NoReturn:
+    """Raise ``exc`` with ``url`` at the start of its message.
+
+    The codecs do not know which object they decode; the reader does.
+    """
+    if url in str(exc):
+        raise exc
+    try:
+        named = type(exc)(f"{url}: {exc.detail}", rule=exc.rule)
+    except TypeError:  # a subclass with another signature: keep it as it is
+        raise exc from exc.__cause__
+    raise named from exc
