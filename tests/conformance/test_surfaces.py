@@ -122,6 +122,7 @@ class TestPolarsScanFile(ReadsVectors):
 
     @pytest.fixture
     def read_vector(self) -> ReadVector:
+        pytest.importorskip("polars", reason="the polars surface needs arrowshuffle[polars]")
         from arrowshuffle import polars as ash_polars
 
         return lambda vector: ash_polars.scan(vector.path, verify=True).collect().to_arrow()
@@ -135,6 +136,7 @@ class TestPolarsScanDataset(ReadsVectors):
 
     @pytest.fixture
     def read_vector(self, dataset_dirs: dict[str, Path]) -> ReadVector:
+        pytest.importorskip("polars", reason="the polars surface needs arrowshuffle[polars]")
         from arrowshuffle import polars as ash_polars
 
         return lambda vector: (
