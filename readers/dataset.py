@@ -28,7 +28,7 @@ from arrowshuffle.readers.manifest_io import load_manifest
 from arrowshuffle.readers.read_path import Readable
 from arrowshuffle.readers.scheduler import ReadOptions
 from arrowshuffle.readers.source import ReadStats
-from arrowshuffle.readers.storage import Location, resolve, storage_errors
+from arrowshuffle.readers.storage import Location, member, resolve, storage_errors
 
 #: The columns of :meth:`ShuffleDataset.stats`.
 _STATS_SCHEMA = pa.schema(
@@ -115,7 +115,8 @@ class ShuffleDataset(Readable):
         if opened is not None:
             return opened
         entry = self.manifest.files[i]
-        location = self.directory.child(entry.data)
+        location = member(self.directory, entry.data)
+        member(self.directory, entry.index)  # a link of its own may lead out
         if location.is_local:
             _check_local_sizes(location, entry)
         shape = IndexShape(
