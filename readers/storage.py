@@ -70,7 +70,8 @@ def member(directory: Location, name: str) -> Location:
             link and where it points.
     """
     location = directory.child(name)
-    if location.is_local:
+    if location.is_local and _links(directory.path, name):
+        # Only a link on the way can lead a plain name out: without one, a stat per component.
         root = os.path.realpath(directory.path)
         resolved = os.path.realpath(location.path)
         if os.path.commonpath([root, resolved]) != root:
@@ -78,16 +79,23 @@ def member(directory: Location, name: str) -> Location:
     return location
 
 
-def _link_out(directory: str, name: str, root: str) -> tuple[str, str] | None:
-    """The first symbolic link on the way from ``directory`` to ``name`` that leads out."""
+def _links(directory: str, name: str) -> list[str]:
+    """The paths of the symbolic links on the way from ``directory`` to ``name``."""
+    found = []
     path = directory
     for part in name.split("/"):
         path = os.path.join(path, part)
         if os.path.islink(path):
-            target = os.path.realpath(path)
-            if os.path.commonpath([root, target]) != root:
-                with contextlib.suppress(OSError):
-                    return path, os.readlink(path)
+            found.append(path)
+    return found
+
+
+def _link_out(directory: str, name: str, root: str) -> tuple[str, str] | None:
+    """The first symbolic link on the way from ``directory`` to ``name`` that leads out."""
+    for path in _links(directory, name):
+        if os.path.commonpath([root, os.path.realpath(path)]) != root:
+            with contextlib.suppress(OSError):
+                return path, os.readlink(path)
     return None
 
 
