@@ -133,6 +133,9 @@ class ShuffleDataset(Readable):
         with self._lock:
             return self._files.setdefault(i, shuffle_file)
 
+    def _opened(self, i: int) -> ShuffleFile | None:
+        return self._files.get(i)
+
     def _check_file(self, shuffle_file: ShuffleFile, i: int) -> None:
         """Rules M7 and M6: the file is what the manifest lists, raised at the first broken."""
         entry = self.manifest.files[i]

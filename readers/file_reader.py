@@ -505,6 +505,18 @@ class ShuffleFile(Readable):
         ranges.sort(key=lambda c: (c.offset, c.start))
         return dedupe_broadcast(ranges)
 
+    def proven_empty(self, subpartitions: Subpartitions) -> bool:
+        """True when the whole index is proven and ``subpartitions`` (a range) hold no bytes.
+
+        False whenever that is not known: a read then plans the file as usual.
+        """
+        holds = self._holds_bytes
+        if holds is None or not isinstance(subpartitions, range) or subpartitions.step != 1:
+            return False
+        if not 0 <= subpartitions.start < subpartitions.stop <= len(holds):
+            return False
+        return not bool(holds[subpartitions.start : subpartitions.stop].any())
+
     def _prove(self, run: range) -> np.ndarray:
         """Prove the chunks of ``run`` (unless a proven run holds it) and return its entries."""
         entries = self.entries(run.start, run.stop)
