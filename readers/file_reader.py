@@ -429,7 +429,7 @@ class ShuffleFile(Readable):
         if self.num_regions == 0 or start == stop:
             return np.zeros((stop - start, self.num_regions), dtype=ENTRY_DTYPE)
         if self._whole is not None:
-            return self._whole[start:stop]
+            return self._whole[start:stop].copy()  # callers own what they get
         self._ensure_entries([range(start, stop)])
         return np.stack([self._entries[s] for s in range(start, stop)])
 
