@@ -128,8 +128,14 @@ def write_shuffle(
     memory: str,
     compression: str,
 ) -> ash.WrittenFile:
+    # Repeated runs write the same path, as the plain writers do theirs.
     with ash.ShuffleFileWriter(
-        path, batches[0].schema, num_subpartitions, memory=memory, compression=compression
+        path,
+        batches[0].schema,
+        num_subpartitions,
+        memory=memory,
+        compression=compression,
+        overwrite=True,
     ) as writer:
         for batch, batch_ids in input_batches(batches, ids):
             writer.write(batch, subpartitions=batch_ids)

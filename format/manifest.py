@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import base64
 import json
+import os
 import re
 import unicodedata
 from dataclasses import dataclass, field
@@ -221,6 +222,35 @@ def check_file_names(data: str, index: str, where: str) -> None:
             f"{data + INDEX_SUFFIX!r:.120}, where readers look for it",
             rule="M3",
         )
+
+
+def check_resolved_inside(
+    name: str, resolved: str, root: str, link: tuple[str, str] | None = None
+) -> None:
+    """Part of rule M3 on a file system with symbolic links: a name resolves inside the directory.
+
+    A plain name can still lead out of the dataset directory through a symbolic link (the
+    file's own or a directory's on the way); one that stays inside is allowed.
+
+    Args:
+        name: the name as listed.
+        resolved: the absolute path it resolves to, every link followed.
+        root: the dataset directory, resolved the same way.
+        link: the first link on the way that leads out, and what it points to, when known.
+
+    Raises:
+        FormatError: (M3) naming the file, the link and where it points.
+    """
+    inside = os.path.commonpath([root, resolved]) == root
+    if inside:
+        return
+    via = "" if link is None else f" through the symbolic link {link[0]} -> {link[1]}"
+    raise FormatError(
+        f"{name!r:.120} resolves to {resolved}{via}, outside the dataset directory {root}; "
+        "expected every listed file inside the dataset directory (a link that stays inside "
+        "is allowed)",
+        rule="M3",
+    )
 
 
 @implements("M8")

@@ -30,7 +30,7 @@ from arrowshuffle.readers.manifest_io import load_manifest
 from arrowshuffle.readers.read_path import Readable
 from arrowshuffle.readers.scheduler import ReadOptions
 from arrowshuffle.readers.source import ReadStats
-from arrowshuffle.readers.storage import Location, resolve, storage_errors
+from arrowshuffle.readers.storage import Location, member, resolve, storage_errors
 
 #: The columns of :meth:`ShuffleDataset.stats`.
 _STATS_SCHEMA = pa.schema(
@@ -117,7 +117,8 @@ class ShuffleDataset(Readable):
         if opened is not None:
             return opened
         entry = self.manifest.files[i]
-        location = self.directory.child(entry.data)
+        location = member(self.directory, entry.data)
+        member(self.directory, entry.index)  # a link of its own may lead out
         if location.is_local:
             _check_local_sizes(location, entry)
         shape = IndexShape(
@@ -133,6 +134,9 @@ class ShuffleDataset(Readable):
         self._check_file(shuffle_file, i)
         with self._lock:
             return self._files.setdefault(i, shuffle_file)
+
+    def _opened(self, i: int) -> ShuffleFile | None:
+        return self._files.get(i)
 
     def _check_file(self, shuffle_file: ShuffleFile, i: int) -> None:
         """Rules M5, M7 and M6: the file is what the manifest lists, raised at the first broken.

@@ -73,6 +73,11 @@ INDEX_MERGE_GAP = 256 * 1024
 #: The most bytes the first request of an index asks for when a listing predicts more: until
 #: the index's header confirms the listing, its predictions are not trusted.
 FIRST_FETCH_LIMIT = 4 * 1024 * 1024
+#: A local index of at most this many entries (subpartitions x regions) is proven whole when the
+#: file is read a second time: that proof then serves every later read, as the tasks of a plan
+#: read a file one subpartition range at a time. A first read proves only what it reads (a
+#: one-subpartition read costs the same whatever N is); a larger index is proven run by run.
+PROVE_WHOLE_ENTRIES = 1 << 16
 #: The rules of a listing (a manifest) that an index can contradict.
 _LISTING_RULES = frozenset({"M4", "M7"})
 
@@ -153,6 +158,15 @@ class ShuffleFile(Readable):
         self._index_source = open_source(self.index_location)
         self._data_source: ByteSource | None = None
         self._entries: dict[int, np.ndarray] = {}
+        # Runs of subpartitions proven with both neighbours at hand: a run inside one of them
+        # is proven too (its chunks and their neighbours were checked), so it is not again.
+        self._proven: list[range] = []
+        # Every entry, shape (N, R), once a local index is proven whole; with the subpartitions
+        # that hold any chunk bytes, so that a read of empty ones costs a lookup.
+        self._whole: np.ndarray | None = None
+        self._holds_bytes: np.ndarray | None = None
+        #: How many runs were proven from their entries (what repeated reads do not redo).
+        self.proofs = 0
         self._index_bytes = pa.py_buffer(b"")
         self.header: IndexHeader
         self.meta: IndexMeta
@@ -425,6 +439,8 @@ class ShuffleFile(Readable):
             )
         if self.num_regions == 0 or start == stop:
             return np.zeros((stop - start, self.num_regions), dtype=ENTRY_DTYPE)
+        if self._whole is not None:
+            return self._whole[start:stop].copy()  # callers own what they get
         self._ensure_entries([range(start, stop)])
         return np.stack([self._entries[s] for s in range(start, stop)])
 
@@ -466,37 +482,75 @@ class ShuffleFile(Readable):
             verify: prove the runs against their neighbours' entries on object stores too.
             regions: keep only the ranges of these regions (part of a skew split).
         """
+        if regions is not None and not isinstance(regions, range):
+            raise InvalidOptionError(
+                f"regions must be a range of region numbers, found {type(regions).__name__}"
+            )
         selection = range(self.num_subpartitions) if subpartitions is None else subpartitions
         runs = subpartition_runs(selection, self.num_subpartitions)
         n = self.num_subpartitions
-        if verify or self.location.is_local:
+        local = self.location.is_local
+        if (
+            local
+            and self._whole is None
+            and self._proven  # read before: a first read proves only what it reads
+            and 0 < n * self.num_regions <= PROVE_WHOLE_ENTRIES
+        ):
+            whole = self._prove(range(n))
+            self._holds_bytes = np.asarray((whole["length"] > 0).any(axis=1))
+            self._whole = whole
+        if self._holds_bytes is not None:
+            if not any(self._holds_bytes[r.start : r.stop].any() for r in runs):
+                return []  # proven: nothing to fetch
+        elif verify or local:
             self._ensure_entries([range(max(0, r.start - 1), min(n, r.stop + 1)) for r in runs])
         else:
             self._ensure_entries(runs)
-        table = self.meta.regions
-        broadcast = (table["flags"] & REGION_BROADCAST) != 0
+        broadcast = (self.meta.regions["flags"] & REGION_BROADCAST) != 0
         ranges: list[ChunkRange] = []
         for run in runs:
-            entries = self.entries(run.start, run.stop)
-            check_run(
-                entries,
-                table,
-                run,
-                n,
-                self.header.data_length,
-                self.url,
-                before=self._entries.get(run.start - 1),
-                after=self._entries.get(run.stop),
-            )
+            entries = self._prove(run)
             ranges.extend(plan_run(entries, broadcast, run))
         if regions is not None:
-            if not isinstance(regions, range):
-                raise InvalidOptionError(
-                    f"regions must be a range of region numbers, found {type(regions).__name__}"
-                )
             ranges = [c for c in ranges if c.region in regions]
         ranges.sort(key=lambda c: (c.offset, c.start))
         return dedupe_broadcast(ranges)
+
+    def proven_empty(self, subpartitions: Subpartitions) -> bool:
+        """True when the whole index is proven and ``subpartitions`` (a range) hold no bytes.
+
+        False whenever that is not known: a read then plans the file as usual.
+        """
+        holds = self._holds_bytes
+        if holds is None or not isinstance(subpartitions, range) or subpartitions.step != 1:
+            return False
+        if not 0 <= subpartitions.start < subpartitions.stop <= len(holds):
+            return False
+        return not bool(holds[subpartitions.start : subpartitions.stop].any())
+
+    def _prove(self, run: range) -> np.ndarray:
+        """Prove the chunks of ``run`` (unless a proven run holds it) and return its entries."""
+        entries = self.entries(run.start, run.stop)
+        if any(p.start <= run.start and run.stop <= p.stop for p in self._proven):
+            return entries
+        before = self._entries.get(run.start - 1)
+        after = self._entries.get(run.stop)
+        check_run(
+            entries,
+            self.meta.regions,
+            run,
+            self.num_subpartitions,
+            self.header.data_length,
+            self.url,
+            before=before,
+            after=after,
+        )
+        self.proofs += 1
+        first = run.start == 0 or before is not None
+        last = run.stop == self.num_subpartitions or after is not None
+        if first and last:
+            self._proven.append(run)
+        return entries
 
     def blocks(
         self,

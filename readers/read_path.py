@@ -78,6 +78,10 @@ class Readable(abc.ABC):
         """True when files are fetched over a network (opened concurrently)."""
         return False
 
+    def _opened(self, i: int) -> ShuffleFile | None:
+        """The ``i``-th file if it is open already (without opening it)."""
+        return None
+
     @abc.abstractmethod
     def subpartition_sizes(self) -> tuple[np.ndarray, np.ndarray]:
         """Bytes and rows of every subpartition, summed over files (two arrays of ``N``)."""
@@ -174,6 +178,10 @@ class Readable(abc.ABC):
         if not all(isinstance(r, FileRead) for r in reads):
             raise InvalidOptionError(f"reads must be FileReads from reads(), found {reads!r:.80}")
 
+        # A file already proven to hold nothing there is not visited: the tasks of a plan each
+        # pass over every file, most of which hold no bytes of a small task's subpartitions.
+        reads = [r for r in reads if not self._proven_empty(r)]
+
         def prepare(read: FileRead) -> list[ReadTask]:
             return self.file(read.file, want=read.subpartitions).file_tasks(
                 read.subpartitions,
@@ -185,6 +193,10 @@ class Readable(abc.ABC):
 
         per_file = self._map_files(prepare, list(reads), options)
         return [task for tasks in per_file for task in tasks]
+
+    def _proven_empty(self, read: FileRead) -> bool:
+        opened = self._opened(read.file)
+        return opened is not None and opened.proven_empty(read.subpartitions)
 
     def _map_files(
         self, work: Callable[[_T], _R], items: Sequence[_T], options: ReadOptions

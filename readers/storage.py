@@ -24,6 +24,7 @@ from arrowshuffle.format.errors import (
     MissingObjectError,
     ShuffleIOError,
 )
+from arrowshuffle.format.manifest import check_resolved_inside
 
 
 @dataclass(frozen=True)
@@ -55,6 +56,48 @@ class Location:
 
 def _join_url(url: str, name: str) -> str:
     return url.rstrip("/") + "/" + name
+
+
+def member(directory: Location, name: str) -> Location:
+    """The location of ``name``, a file a manifest lists, inside the dataset ``directory``.
+
+    On the local file system the name must also resolve inside the directory: a symbolic
+    link (the file's own or a subdirectory's) that leads out of it is refused, as a ``..``
+    name is; a link that stays inside is followed. Object stores have no links: a key is
+    the name, which the manifest's own check (M3) already keeps inside.
+
+    Raises:
+        FormatError: (M3) the name resolves outside the directory; the message names the
+            link and where it points.
+    """
+    location = directory.child(name)
+    if location.is_local and _links(directory.path, name):
+        # Only a link on the way can lead a plain name out: without one, a stat per component.
+        root = os.path.realpath(directory.path)
+        resolved = os.path.realpath(location.path)
+        if os.path.commonpath([root, resolved]) != root:
+            check_resolved_inside(name, resolved, root, _link_out(directory.path, name, root))
+    return location
+
+
+def _links(directory: str, name: str) -> list[str]:
+    """The paths of the symbolic links on the way from ``directory`` to ``name``."""
+    found = []
+    path = directory
+    for part in name.split("/"):
+        path = os.path.join(path, part)
+        if os.path.islink(path):
+            found.append(path)
+    return found
+
+
+def _link_out(directory: str, name: str, root: str) -> tuple[str, str] | None:
+    """The first symbolic link on the way from ``directory`` to ``name`` that leads out."""
+    for path in _links(directory, name):
+        if os.path.commonpath([root, os.path.realpath(path)]) != root:
+            with contextlib.suppress(OSError):
+                return path, os.readlink(path)
+    return None
 
 
 def resolve(

@@ -59,7 +59,7 @@ from arrowshuffle.format.naming import MANIFEST_NAME, is_part_name
 from arrowshuffle.format.rule_registry import MANIFEST_RULES, Violation
 from arrowshuffle.readers.manifest_io import load_manifest
 from arrowshuffle.readers.source import ByteSource, MappedSource, open_source
-from arrowshuffle.readers.storage import Location, resolve, storage_errors
+from arrowshuffle.readers.storage import Location, member, resolve, storage_errors
 from arrowshuffle.readers.validate import validate_decoded
 
 __all__ = ["MANIFEST_RULES", "DatasetReport", "FileReport", "is_dataset", "validate_dataset"]
@@ -332,6 +332,12 @@ def _check_file(
     data = directory.child(entry.data)
     report = FileReport(name=entry.data, url=data.url, ok=False)
     found = report.violations
+    try:
+        member(directory, entry.data)
+        member(directory, entry.index)
+    except FormatError as exc:  # a link out of the directory: nothing of it is read
+        found.append(Violation.from_error(exc, "M3"))
+        return report
     data_size = _size(directory, entry.data, sizes)
     index_size = _size(directory, entry.index, sizes)
     for what, name, actual, listed in (

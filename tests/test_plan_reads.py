@@ -178,3 +178,42 @@ def test_tasks_on_object_storage(s3_endpoint: Any, s3_bucket: str, case: Case) -
     storage = s3_endpoint.storage_options()
     written = write(f"{s3_bucket}/{uuid.uuid4().hex}", case, storage)
     check_plan(open_dataset(written.url, storage), case)
+
+
+def test_a_planned_read_opens_and_proves_each_file_once(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Many one-row files read task by task: each file is opened once, its index proven twice.
+
+    Every task visits every file (none is split), so a read that opened a file, or decoded and
+    proved its index, once per task would do it once per task and file.
+    """
+    import arrowshuffle.readers.dataset as dataset_module
+    from arrowshuffle.readers.file_reader import ShuffleFile
+
+    opened: list[ShuffleFile] = []
+
+    class Counted(ShuffleFile):
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            super().__init__(*args, **kwargs)
+            opened.append(self)
+
+    monkeypatch.setattr(dataset_module, "ShuffleFile", Counted)
+    written = write_dataset(
+        str(tmp_path / "ds"),
+        num_files=40,
+        num_subpartitions=8,
+        batches_per_file=1,
+        rows_per_batch=1,
+    )
+    plain = canonical(open_dataset(written.url).read())
+    dataset = open_dataset(written.url)
+    tasks = dataset.plan("1KiB")
+    assert len(tasks) == 8  # one task per subpartition, each over all 40 files
+    read = pa.concat_tables([dataset.read(task=t) for t in tasks])
+    assert canonical(read).equals(plain)
+    per_dataset = [f for f in opened if f.url.startswith(written.url.rstrip("/") + "/")]
+    assert len(per_dataset) == 2 * 40  # the plain read's dataset, then the planned one's
+    # The plain read proves each whole file once; the planned read proves the first task's
+    # subpartition, then, at its second visit, the whole file, once.
+    assert [f.proofs for f in per_dataset] == [1] * 40 + [2] * 40

@@ -138,10 +138,10 @@ def test_parent_directories_are_created(tmp_path: Path) -> None:
     assert ash.open_file(path).read().num_rows == 3
 
 
-def test_existing_files_are_replaced(tmp_path: Path) -> None:
+def test_existing_files_are_replaced_with_overwrite(tmp_path: Path) -> None:
     path = tmp_path / "part.arrow"
     for n in (10, 4):
-        with ash.ShuffleFileWriter(path, SCHEMA, 2) as writer:
+        with ash.ShuffleFileWriter(path, SCHEMA, 2, overwrite=True) as writer:
             writer.write(make_batch(n), subpartitions=ids_for(n, 2))
     assert ash.open_file(path).read().num_rows == 4
     assert listing(tmp_path) == ["part.arrow", "part.arrow.idx"]

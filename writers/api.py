@@ -38,9 +38,14 @@ def write(
     max_batch_rows: int = DEFAULT_MAX_BATCH_ROWS,
     storage_options: dict[str, Any] | None = None,
     memory_pool: MemoryPool | None = None,
+    overwrite: bool = False,
     **partitioner_options: Any,
 ) -> WrittenFile:
     """Write ``data`` as one shuffle file (``path`` and its index ``path + ".idx"``).
+
+    An existing pair at ``path`` is refused unless ``overwrite`` is set; replacing one is not
+    atomic (two renames, see :class:`ShuffleFileWriter`). :func:`write_dataset` with
+    ``mode="overwrite"`` replaces data atomically.
 
     Args:
         data: a pyarrow ``Table``, ``RecordBatch`` or ``RecordBatchReader``, a polars
@@ -57,6 +62,7 @@ def write(
         max_batch_rows: the most rows per record batch, read and written.
         storage_options: passed to fsspec for URLs.
         memory_pool: the pool the writer takes its budget from.
+        overwrite: replace an existing data file and index at ``path`` (not atomically).
         **partitioner_options: options of a named partitioner, e.g. ``seed=1`` or
             ``boundaries=[...]``.
 
@@ -64,7 +70,8 @@ def write(
         What was written: URLs, sizes, rows and regions.
 
     Raises:
-        InvalidOptionError: an unknown input type, partitioner or option.
+        InvalidOptionError: an unknown input type, partitioner or option, or a data file or
+            index already at ``path`` without ``overwrite``.
 
     Example:
         >>> write(table, "part-0.arrow", num_subpartitions=8, by="user_id")  # doctest: +SKIP
@@ -81,6 +88,7 @@ def write(
         compression=compression,
         partitioner=chosen,
         storage_options=storage_options,
+        overwrite=overwrite,
     ) as writer:
         for batch in batches:
             writer.write(batch)

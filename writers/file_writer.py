@@ -37,7 +37,7 @@ from arrowshuffle.format.index import (
 from arrowshuffle.format.naming import INDEX_SUFFIX
 from arrowshuffle.format.notation import parse_bytes
 from arrowshuffle.format.partitioners.base import Partitioner
-from arrowshuffle.readers.storage import Location, resolve
+from arrowshuffle.readers.storage import Location, resolve, storage_errors
 from arrowshuffle.writers.memory_pool import (
     DEFAULT_MIN_MEMORY,
     LocalMemoryPool,
@@ -128,6 +128,13 @@ class ShuffleFileWriter:
     Use it as a context manager: the pair is published only when the block exits cleanly; after
     an exception nothing is left under the final names or temporary ones.
 
+    An existing data file or index at ``path`` is refused unless ``overwrite`` is set. Replacing
+    a pair is not atomic: it is two renames (data, then index), and a process killed between them
+    leaves the new data file beside the old index, which readers refuse (rule V14, or V13 when
+    the sizes differ) and the old data is gone. To replace data atomically, write a dataset
+    (:func:`~arrowshuffle.writers.api.write_dataset` with ``mode="overwrite"``): its manifest
+    is replaced in one step.
+
     Args:
         path: the data file (local path or fsspec URL); the index is ``path + ".idx"``.
         schema: the Arrow schema of every batch written.
@@ -143,9 +150,12 @@ class ShuffleFileWriter:
         memory_pool: the pool to take a local pool from. When neither ``memory`` nor
             ``memory_pool`` is given, the writer joins the process-wide default pool
             (:func:`~arrowshuffle.writers.memory_pool.default_memory_pool`) with a 4 MiB minimum.
+        overwrite: replace an existing pair at ``path`` (not atomically, see above) instead of
+            refusing it.
 
     Raises:
-        InvalidOptionError: a bad option, or a required minimum the pool cannot reserve.
+        InvalidOptionError: a bad option, a required minimum the pool cannot reserve, or a
+            data file or index already at ``path`` without ``overwrite``.
 
     Example:
         >>> with ShuffleFileWriter("part-0.arrow", schema, 8) as w:  # doctest: +SKIP
@@ -164,7 +174,10 @@ class ShuffleFileWriter:
         partitioner: Partitioner | None = None,
         storage_options: dict[str, Any] | None = None,
         memory_pool: MemoryPool | None = None,
+        overwrite: bool = False,
     ) -> None:
+        if not isinstance(overwrite, bool):
+            raise InvalidOptionError(f"overwrite must be True or False, found {overwrite!r}")
         if isinstance(num_subpartitions, bool) or not isinstance(num_subpartitions, int):
             raise InvalidOptionError(
                 f"num_subpartitions must be an integer, found {num_subpartitions!r}"
@@ -196,6 +209,9 @@ class ShuffleFileWriter:
             )
         self._partitioner = partitioner
         self._location: Location = resolve(path, storage_options)
+        self._overwrite = overwrite
+        if not overwrite:
+            refuse_existing(self._location)
         self._file_id = uuid.uuid4().bytes
         self._buffer = SortBuffer(num_subpartitions)
         self._broadcast = SortBuffer(1)
@@ -463,6 +479,8 @@ class ShuffleFileWriter:
             # the only way to leave a data file without its index.
             self._data.finish()
             index_out.finish()
+            if not self._overwrite and self._location.is_local:
+                refuse_existing(self._location)  # a pair that appeared while this one was written
             self._data.commit()
             try:
                 index_out.commit()
@@ -516,6 +534,27 @@ class ShuffleFileWriter:
                 self.close()
         else:
             self.abort()
+
+
+def refuse_existing(location: Location) -> None:
+    """Refuse to write a pair at ``location`` where its data file or index already exists.
+
+    Raises:
+        InvalidOptionError: naming the existing file and how to replace it.
+    """
+    for place in (location, location.sibling(INDEX_SUFFIX)):
+        with storage_errors(place.url, "checking whether a file exists at"):
+            if not place.is_local:
+                place.fs.invalidate_cache(place.path)
+            # A directory there is not a pair: publishing onto it fails as an IO error.
+            exists = place.fs.isfile(place.path)
+        if exists:
+            raise InvalidOptionError(
+                f"{place.url} already exists; expected no file there. Pass overwrite=True to "
+                "replace the pair (two renames, not atomic: a reader may find the new data "
+                "file beside the old index until both are in place), or write a dataset "
+                "(write_dataset(..., mode='overwrite')), whose manifest replaces it atomically"
+            )
 
 
 def _local_pool(memory: int | str | None, pool: MemoryPool | None) -> LocalMemoryPool:

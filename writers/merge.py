@@ -52,7 +52,7 @@ from arrowshuffle.format.notation import parse_bytes
 from arrowshuffle.readers.file_reader import ShuffleFile
 from arrowshuffle.readers.proof import check_run
 from arrowshuffle.readers.source import ByteSource
-from arrowshuffle.readers.storage import Location
+from arrowshuffle.readers.storage import Location, member
 from arrowshuffle.writers.file_writer import WrittenFile
 from arrowshuffle.writers.output import AtomicOutput, remove_quietly
 
@@ -187,8 +187,9 @@ def _open_inputs(
     partitioner: dict[str, Any],
 ) -> list[_Input]:
     def one(entry: ManifestFile) -> _Input:
+        member(directory, entry.index)  # a link out of the directory is refused, as a read does
         shuffle_file = ShuffleFile(
-            directory.child(entry.data), data_size=entry.data_size, index_size=entry.index_size
+            member(directory, entry.data), data_size=entry.data_size, index_size=entry.index_size
         )
         url = shuffle_file.url
         found = check_file_counts(url, listed_counts(entry), declared_counts(shuffle_file.header))

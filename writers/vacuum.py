@@ -34,7 +34,7 @@ from arrowshuffle.format.errors import FormatError, MissingObjectError
 from arrowshuffle.format.manifest import Manifest
 from arrowshuffle.format.naming import MANIFEST_NAME, is_part_name, temp_target
 from arrowshuffle.format.notation import parse_duration
-from arrowshuffle.readers.storage import Location, resolve, storage_errors
+from arrowshuffle.readers.storage import Location, member, resolve, storage_errors
 from arrowshuffle.writers.dataset_writer import read_manifest
 
 #: The grace period of :func:`vacuum`: objects modified more recently are left alone.
@@ -154,11 +154,17 @@ def vacuum(
     failed: list[tuple[str, str]] = []
     removed: list[str] = []
     for name in doomed:
+        try:
+            # Never through a link that leads out of the directory (one inside may go).
+            location = member(directory, name)
+        except FormatError as exc:
+            failed.append((name, str(exc)))
+            continue
         if dry_run:
             removed.append(name)
             continue
         try:
-            directory.fs.rm_file(directory.child(name).path)
+            directory.fs.rm_file(location.path)
         except FileNotFoundError:
             continue  # already gone: another vacuum or the writer's own cleanup
         except Exception as exc:
