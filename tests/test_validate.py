@@ -521,11 +521,19 @@ def test_v17_undecodable_bytes_with_matching_checksum(pair: Path) -> None:
     assert rules_of(validate_file(pair, deep=True))[0] == "V17"
 
 
-def test_v18_unindexed_batches(pair: Path) -> None:
-    edit_index(pair, gen.drop_last_region)
+def test_v18_footer_lists_other_batches(pair: Path) -> None:
+    pair.write_bytes(gen.footer_repeats_first_batch(bytearray(pair.read_bytes())))
     assert validate_file(pair).ok
     report = validate_file(pair, deep=True)
     assert rules_of(report) == ["V18"]
+
+
+@pytest.mark.parametrize("deep", [False, True])
+def test_v21_index_without_its_last_region(pair: Path, deep: bool) -> None:
+    edit_index(pair, gen.drop_last_region)
+    report = validate_file(pair, deep=deep)
+    assert rules_of(report)[0] == "V21"
+    assert "before its footer" in report.violations[0].message
 
 
 def column_partitioner() -> object:
@@ -681,7 +689,8 @@ def test_remote_validation_reads_the_index_and_only_the_footer(
         (gen.entry_crc_field, "V6", False),
         (gen.overlapping_chunk, "V9", False),
         (gen.rows_moved_between_chunks, "V17", True),
-        (gen.drop_last_region, "V18", True),
+        (gen.drop_last_region, "V21", False),
+        (gen.drop_first_region, "V21", False),
     ],
 )
 def test_remote_validation_finds_the_same_rules(
