@@ -273,7 +273,9 @@ def _deep_checks(
     placement = _Tally()
     spec = dict(index.meta.partitioner)
     exempt = placement_exemption(spec, index.schema, index.num_subpartitions)
-    if exempt is not None:
+    if isinstance(exempt, Violation):  # a spec that cannot be applied: no row is checked
+        placement.add(exempt)
+    elif exempt is not None:
         skipped.append(f"V19: {exempt}")
     chunks = _stored_chunks(index)
     for wave in _waves(chunks):

@@ -581,6 +581,42 @@ def test_v19_unknown_partitioner_is_skipped_not_invalid(pair: Path) -> None:
     assert "from-the-future" in " ".join(report.summary["skipped"])
 
 
+def hash_pair(directory: Path) -> Path:
+    partitioners = pytest.importorskip("arrowshuffle.format.partitioners")
+    spec = partitioners.make_partitioner("hash", num_subpartitions=N, by=["k"])
+    path = directory / "h.arrow"
+    with arrowshuffle.ShuffleFileWriter(path, SCHEMA, N, partitioner=spec) as writer:
+        for r in range(2):
+            writer.write(region_rows(r, 10)[0])  # the partitioner places the rows
+            writer.flush_region()
+    return path
+
+
+MALFORMED_HASH_SPECS = {
+    "a column the schema lacks": ({"columns": ["nowhere"]}, "nowhere"),
+    "a seed that is not an integer": ({"seed": "x"}, "seed"),
+    "columns that are not a list": ({"columns": 5}, "columns"),
+    "a subpartition count as text": ({"num_subpartitions": "7"}, "7"),
+}
+
+
+@pytest.mark.parametrize(
+    ("change", "words"), list(MALFORMED_HASH_SPECS.values()), ids=list(MALFORMED_HASH_SPECS)
+)
+def test_v19_a_known_partitioner_whose_spec_cannot_be_applied(
+    tmp_path: Path, change: dict[str, object], words: str
+) -> None:
+    path = hash_pair(tmp_path)
+    assert validate_file(path, deep=True).ok
+    spec = decode_index(memoryview(Path(f"{path}.idx").read_bytes())).meta.partitioner
+    reencode(path, partitioner={**spec, **change})
+    report = validate_file(path, deep=True)
+    assert rules_of(report) == ["V19"]
+    assert "hash partitioner spec cannot be applied" in report.violations[0].message
+    assert words in report.violations[0].message
+    assert not any(reason.startswith("V19") for reason in report.summary["skipped"])
+
+
 def test_deep_check_in_small_waves_finds_the_same(
     pair: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
