@@ -121,7 +121,7 @@ def batch_start(prefix: bytes) -> int | Violation:
             "the data file's schema message does not start at byte 8 (expected the "
             f"continuation marker {_CONTINUATION.hex()}, found {prefix[:4].hex() or 'nothing'})",
         )
-    (length,) = struct.unpack_from("<i", prefix, 4)
+    length = int(struct.unpack_from("<i", prefix, 4)[0])
     if length <= 0:
         return Violation("V21", f"the data file's schema message declares {length} bytes")
     return SCHEMA_PREFIX[1] + length
