@@ -15,7 +15,8 @@ import pyarrow as pa
 
 from arrowshuffle.format.crc import crc32c
 from arrowshuffle.format.errors import ArrowShuffleError, ChecksumMismatchError
-from arrowshuffle.format.partitioners import recompute_subpartitions
+from arrowshuffle.format.partitioners import PARTITIONER_NAMES, recompute_subpartitions
+from arrowshuffle.format.partitioners.registry import EXPLICIT
 from arrowshuffle.format.rule_registry import Violation, implements
 
 
@@ -129,18 +130,28 @@ def check_footer_totals(
 
 def placement_exemption(
     spec: dict[str, Any], schema: pa.Schema, num_subpartitions: int
-) -> str | None:
-    """Why rule V19 does not apply to a file with this partitioner, or None when it does.
+) -> str | Violation | None:
+    """Why rule V19 does not apply to a file with this partitioner, or how the spec breaks it.
 
-    A spec this version cannot evaluate (unknown name, key columns the schema lacks) and a
-    partitioner whose rows do not determine their subpartition are exempt.
+    A name this version does not know (a later version's partitioner, spec.md section 9) and a
+    partitioner whose rows do not determine their subpartition are exempt: the reason is
+    returned. A known partitioner whose spec cannot be applied to the file's schema (an option
+    of the wrong type, key columns the schema lacks, another subpartition count) breaks V19:
+    its rows' placement cannot be what the spec says. None: the rows are to be checked with
+    :func:`misplaced_rows`.
     """
     name = spec.get("name")
+    if name != EXPLICIT and name not in PARTITIONER_NAMES:
+        return f"partitioner {name!r} is not known to this version"
     empty = pa.RecordBatch.from_pylist([], schema=schema)
     try:
         usable = recompute_subpartitions(dict(spec), empty, num_subpartitions)
     except ArrowShuffleError as exc:
-        return f"partitioner {name!r} cannot be evaluated: {exc}"
+        return Violation(
+            "V19",
+            f"the {name} partitioner spec cannot be applied to the file's "
+            f"{num_subpartitions} subpartitions and schema: {exc}",
+        )
     if usable is None:
         return f"partitioner {name!r} does not determine a row's subpartition"
     return None

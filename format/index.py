@@ -28,6 +28,7 @@ from arrowshuffle.format.errors import (
     InvalidOptionError,
     UnsupportedVersionError,
 )
+from arrowshuffle.format.json_text import parse_json
 from arrowshuffle.format.rule_registry import Violation, implements
 
 INDEX_MAGIC = b"ASHUFIDX"
@@ -42,6 +43,8 @@ ALIGNMENT = 8
 INDEX_PREFIX_BYTES = 64 * 1024
 #: The most subpartitions a file may have (a signed 32-bit count, as in Spark and Flink).
 MAX_SUBPARTITIONS = 2**31 - 1
+#: The deepest nesting of arrays and objects a partitioner spec may have (as in a manifest).
+MAX_PARTITIONER_DEPTH = 64
 
 #: Required flags: a reader that does not know a set bit must refuse the file. None in v1.
 KNOWN_REQUIRED_FLAGS = 0
@@ -433,10 +436,10 @@ def decode_meta_sections(
         CorruptFileError: (V7) naming the section that does not decode.
     """
     decoded = schema_from_bytes(schema, rule="V7")
-    try:
-        spec = json.loads(partitioner)
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise CorruptFileError(f"partitioner spec is not JSON: {exc}", rule="V7") from exc
+    # The manifest's parser: bounded nesting and integers, each key once.
+    spec = parse_json(
+        bytes(partitioner), "partitioner spec", "V7", MAX_PARTITIONER_DEPTH, constants=True
+    )
     if not isinstance(spec, dict) or not isinstance(spec.get("name"), str):
         raise CorruptFileError(
             f"partitioner spec must be a JSON object with a 'name', found {partitioner[:80]!r}",

@@ -13,7 +13,6 @@ import unicodedata
 from dataclasses import dataclass, field
 from typing import Any
 
-import numpy as np
 import pyarrow as pa
 
 from arrowshuffle.format.errors import CorruptFileError, FormatError, UnsupportedVersionError
@@ -23,6 +22,7 @@ from arrowshuffle.format.index import (
     schema_from_bytes,
     schema_to_bytes,
 )
+from arrowshuffle.format.json_text import parse_json
 from arrowshuffle.format.naming import INDEX_SUFFIX
 from arrowshuffle.format.rule_registry import implements
 
@@ -295,81 +295,9 @@ def _name_key(name: str) -> str:
     return unicodedata.normalize("NFC", name).casefold()
 
 
-def nesting_depth(data: bytes) -> int:
-    """How deep arrays and objects nest in JSON text, without parsing it (linear, no recursion).
-
-    Brackets inside strings do not count; a quote preceded by an odd run of backslashes does not
-    end a string. For text that is not JSON the result is only an estimate, but it agrees with
-    a JSON parser on every prefix the parser accepts.
-    """
-    raw = np.frombuffer(data, np.uint8)
-    quotes = np.flatnonzero(raw == 0x22)
-    if quotes.size and b"\\" in data:
-        backslash = raw == 0x5C
-        first = backslash.copy()  # the first backslash of each run
-        first[1:] &= ~backslash[:-1]
-        last = backslash.copy()  # the last backslash of each run
-        last[:-1] &= ~backslash[1:]
-        starts, lasts = np.flatnonzero(first), np.flatnonzero(last)
-        after = quotes[quotes > 0]
-        after = after[backslash[after - 1]]
-        run = np.searchsorted(lasts, after - 1)
-        escaped = after[(lasts[run] - starts[run]) % 2 == 0]  # an odd run escapes the quote
-        quotes = np.setdiff1d(quotes, escaped, assume_unique=True)
-    opening = (raw == 0x5B) | (raw == 0x7B)
-    brackets = np.flatnonzero(opening | (raw == 0x5D) | (raw == 0x7D))
-    # A bracket lies outside every string when an even number of quotes precede it.
-    brackets = brackets[np.searchsorted(quotes, brackets) % 2 == 0]
-    if not brackets.size:
-        return 0
-    return int(np.cumsum(np.where(opening[brackets], 1, -1)).max())
-
-
-def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    """An object's members; a key twice is ambiguous (parsers keep the first or the last)."""
-    doc = dict(pairs)
-    if len(doc) != len(pairs):
-        seen: set[str] = set()
-        for key, _ in pairs:
-            if key in seen:
-                raise CorruptFileError(
-                    f"manifest is ambiguous: an object has the key {key!r:.80} twice; expected "
-                    "each key once",
-                    rule="M1",
-                )
-            seen.add(key)
-    return doc
-
-
-def _no_constant(name: str) -> Any:
-    raise CorruptFileError(f"manifest is not JSON: it holds {name}", rule="M1")
-
-
 def _parse(data: bytes) -> Any:
     """UTF-8 JSON of bounded depth and unique keys, or M1."""
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise CorruptFileError(
-            f"manifest is not UTF-8: byte {data[exc.start]:#04x} at offset {exc.start} does not "
-            "decode",
-            rule="M1",
-        ) from exc
-    depth = nesting_depth(data)
-    if depth > MAX_MANIFEST_DEPTH:
-        raise CorruptFileError(
-            f"manifest nests arrays and objects {depth} deep, expected at most "
-            f"{MAX_MANIFEST_DEPTH}",
-            rule="M1",
-        )
-    try:
-        return json.loads(text, object_pairs_hook=_unique_keys, parse_constant=_no_constant)
-    except RecursionError as exc:  # cannot happen after the depth check; never let it out
-        raise CorruptFileError("manifest nests too deep to parse", rule="M1") from exc
-    except ValueError as exc:  # JSONDecodeError, or an integer of too many digits
-        if isinstance(exc, FormatError):
-            raise
-        raise CorruptFileError(f"manifest is not JSON: {exc}", rule="M1") from exc
+    return parse_json(data, "manifest", "M1", MAX_MANIFEST_DEPTH)
 
 
 def _decode_file(i: int, entry: Any, seen: dict[str, str]) -> ManifestFile:

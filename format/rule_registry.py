@@ -37,6 +37,8 @@ RULES: dict[str, str] = {
     "V18": "the data file holds exactly the indexed batches and rows (deep)",
     "V19": "every row lies in the subpartition its partitioner assigns it (deep)",
     "V20": "no undefined region flag bit is set and every reserved field is zero",
+    "V21": "the regions cover every record batch of the data file, from the first to the "
+    "footer, without a gap",
 }
 
 #: Rules of a dataset: ``id -> one-line summary`` (spec.md section 11).

@@ -17,7 +17,7 @@ from __future__ import annotations
 import numpy as np
 
 from arrowshuffle.format import chunks as _chunks  # noqa: F401  (registers V16-V19)
-from arrowshuffle.format import data_file as _data_file  # noqa: F401  (registers V13-V15)
+from arrowshuffle.format import data_file as _data_file  # noqa: F401  (registers V13-V15, V21)
 from arrowshuffle.format import manifest as _manifest  # noqa: F401  (registers M1-M3, M8)
 from arrowshuffle.format import manifest_rules as _manifest_rules  # noqa: F401  (M4-M7, M9)
 from arrowshuffle.format.index import REGION_BROADCAST, ShuffleIndex

@@ -10,6 +10,13 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from arrowshuffle.format.data_file import (
+    FOOTER_LENGTH_FROM_END,
+    SCHEMA_PREFIX,
+    batch_end,
+    batch_start,
+    check_coverage,
+)
 from arrowshuffle.format.errors import FormatError, InvalidOptionError
 from arrowshuffle.format.index import (
     ENTRY_DTYPE,
@@ -44,7 +51,7 @@ from arrowshuffle.readers.byte_ranges import (
     plan_run,
     subpartition_runs,
 )
-from arrowshuffle.readers.data_file import check_data_file
+from arrowshuffle.readers.data_file import check_data_coverage, check_data_file
 from arrowshuffle.readers.decode import decode_block
 from arrowshuffle.readers.integrity import Verify, resolve_verify
 from arrowshuffle.readers.proof import check_regions, check_run
@@ -186,6 +193,8 @@ class ShuffleFile(Readable):
                 )
             )
         self._data_size = self.header.data_length
+        # The ends of the data file proven to meet the regions (V21): "first", "end".
+        self._covered: set[str] = set()
 
     # ---------------------------------------------------------------- the index
 
@@ -575,15 +584,17 @@ class ShuffleFile(Readable):
             source = open_source(self.location, self._data_size)
             if isinstance(source, MappedSource):
                 self._check_local_pair(source)
+                self._covered = {"first", "end"}
             self._data_source = source
         return self._data_source
 
     def _check_local_pair(self, source: MappedSource) -> None:
-        """Rules V13-V15 for a memory-mapped data file, where its footer costs no request.
+        """Rules V13-V15 and V21 for a memory-mapped data file, where they cost no request.
 
-        A data file beside the wrong index would otherwise be decoded with the wrong entries.
+        A data file beside the wrong index would otherwise be decoded with the wrong entries,
+        and one whose index leaves out a region would lose that region's rows.
         """
-        _, violations = check_data_file(self.header, self.schema, source)
+        _, violations = check_data_file(self.header, self.schema, source, self.meta.regions)
         _raise_first(violations, self.url)
 
     def file_tasks(
@@ -615,11 +626,78 @@ class ShuffleFile(Readable):
         if not blocks:
             return []
         schema, url = self.schema, self.url
+        source = self.data_source()
+        blocks = self._anchor_blocks(blocks, options)
 
         def decode(block: FetchBlock, buffer: pa.Buffer) -> list[pa.RecordBatch]:
+            self._check_anchors(block, buffer)
             return decode_block(block, buffer, schema, url, columns=select, verify=check)
 
-        return list(make_tasks(self.data_source(), blocks, decode, options.task_bytes))
+        return list(make_tasks(source, blocks, decode, options.task_bytes))
+
+    def check_coverage(self) -> None:
+        """Prove that the regions cover every record batch of the data file (rule V21).
+
+        Locally this is done when the data file is first opened; on object stores the first
+        read does it with the bytes it fetches anyway where it can (see :meth:`file_tasks`).
+        This fetches the data file's two ends if that has not happened yet.
+
+        Raises:
+            CorruptFileError: (V21) the index leaves record batches of the data file out.
+        """
+        source = self.data_source()
+        if len(self._covered) < 2:
+            check_data_coverage(self.meta.regions, source)
+            self._covered = {"first", "end"}
+
+    def _anchor_blocks(self, blocks: list[FetchBlock], options: ReadOptions) -> list[FetchBlock]:
+        """The blocks of a read, widened to prove V21 with the bytes they fetch, if needed.
+
+        When the first block starts near the file's start and the last one ends near its
+        footer (within ``max_gap``), they are widened to the file's first and last bytes, which
+        :meth:`_check_anchors` judges before decoding: the proof costs no request. Otherwise
+        the two ends are fetched now, in one call.
+        """
+        if len(self._covered) == 2:
+            return blocks
+        size = self._data_size
+        head, tail = SCHEMA_PREFIX[0], size - FOOTER_LENGTH_FROM_END[1]
+        first, last = blocks[0], blocks[-1]
+        near = (
+            first.offset - SCHEMA_PREFIX[1] <= options.max_gap
+            and first.end - head <= options.max_block
+            and size - FOOTER_LENGTH_FROM_END[0] - last.end <= options.max_gap
+            and tail - last.offset <= options.max_block
+        )
+        if not near:
+            self.check_coverage()
+            return blocks
+        widened = list(blocks)
+        widened[0] = FetchBlock(min(head, first.offset), first.end, first.ranges)
+        widened[-1] = FetchBlock(widened[-1].offset, max(tail, last.end), widened[-1].ranges)
+        return widened
+
+    def _check_anchors(self, block: FetchBlock, buffer: pa.Buffer) -> None:
+        """Judge the file's bytes near its ends that a widened block fetched (rule V21)."""
+        if len(self._covered) == 2:
+            return
+        regions = self.meta.regions
+        size = self._data_size
+        found = None
+        start, stop = SCHEMA_PREFIX
+        if block.offset <= start and block.end >= stop:
+            prefix = buffer.slice(start - block.offset, stop - start).to_pybytes()
+            found = check_coverage(regions, first=batch_start(prefix))
+            if found is None:
+                self._covered.add("first")
+        start, stop = (size - n for n in FOOTER_LENGTH_FROM_END)
+        if found is None and block.offset <= start and block.end >= stop:
+            length = buffer.slice(start - block.offset, stop - start).to_pybytes()
+            found = check_coverage(regions, end=batch_end(length, size))
+            if found is None:
+                self._covered.add("end")
+        if found is not None:
+            raise found.error(self.url)
 
     # ---------------------------------------------------------------- a dataset of one file
 

@@ -7,6 +7,9 @@ rows. So every read proves, from the entries alone and for each region it reads,
 requires of the chunks it returns:
 
 * the region table is sane (V8, V9) and uses no undefined flag bit or reserved word (V20);
+* each region starts where the previous one ends, and before the first data read, region 0
+  starts at the data file's first record batch and the last region ends where its batches end
+  (V21), so an index that leaves a region out cannot drop that region's rows;
 * every chunk lies inside the data file (V8) and inside its region (V9);
 * a chunk is empty exactly when it has no bytes, no batches and no rows (V11);
 * the chunks of a contiguous run are adjacent in subpartition order; the first subpartition's
@@ -26,6 +29,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from arrowshuffle.format.data_file import check_coverage
 from arrowshuffle.format.rules import (
     broadcast_mismatch,
     check_layout,
@@ -38,16 +42,20 @@ from arrowshuffle.format.rules import (
 def check_regions(regions: np.ndarray, data_length: int, url: str) -> None:
     """Check the region table: defined flags, zero reserved words, inside the file, in order.
 
+    Each region must also start where the previous one ends (the index's part of V21; the
+    data file's ends are checked when it is first read).
+
     Raises:
-        CorruptFileError: naming rule V20, V8 or V9 and the region.
+        CorruptFileError: naming rule V20, V8, V9 or V21 and the region.
     """
-    for found in (
-        check_reserved(regions),
-        outside_data_file(regions, data_length, what="region"),
-        check_layout(regions),
-    ):
-        if found is not None:
-            raise found.error(url)
+    found = (
+        check_reserved(regions)
+        or outside_data_file(regions, data_length, what="region")
+        or check_layout(regions)
+        or check_coverage(regions)
+    )
+    if found is not None:
+        raise found.error(url)
 
 
 def check_run(

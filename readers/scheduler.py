@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 import pyarrow as pa
 
-from arrowshuffle.format.errors import ChecksumMismatchError, InvalidOptionError
+from arrowshuffle.format.errors import ChecksumMismatchError, FormatError, InvalidOptionError
 from arrowshuffle.readers.byte_ranges import DEFAULT_MAX_BLOCK, DEFAULT_MAX_GAP, FetchBlock
 from arrowshuffle.readers.source import ByteSource, RemoteSource
 
@@ -107,11 +107,15 @@ class ReadTask:
         while True:
             try:
                 return self.decode(block, buffer)
-            except ChecksumMismatchError as exc:
-                if not isinstance(source, RemoteSource):
+            except FormatError as exc:
+                # A failed checksum, or data file ends that do not meet the regions (V21,
+                # judged on a block widened to fetch them), may be damage on the way.
+                damaged = isinstance(exc, ChecksumMismatchError) or exc.rule == "V21"
+                if not damaged or not isinstance(source, RemoteSource):
                     raise
+                kind = type(exc)
                 if attempt >= source.retry_budget:
-                    raise ChecksumMismatchError(
+                    raise kind(
                         f"{exc.detail} (still after fetching bytes [{block.offset}, "
                         f"{block.end}) {attempt + 1} times)",
                         rule=exc.rule,
@@ -119,7 +123,7 @@ class ReadTask:
                 attempt += 1
                 fresh = source.refetch(block.offset, block.end, attempt, exc)
                 if fresh.equals(buffer):
-                    raise ChecksumMismatchError(
+                    raise kind(
                         f"{exc.detail} (fetching bytes [{block.offset}, {block.end}) again "
                         "returned the same bytes: the stored object is damaged)",
                         rule=exc.rule,

@@ -75,8 +75,9 @@ WHOLE_INDEX_BYTES = 8 * 1024 * 1024
 #: The end of a remote data file fetched with its first bytes: the Arrow footer usually lies
 #: within, so checking it costs no further request.
 DATA_TAIL_BYTES = 64 * 1024
-#: The start of a remote data file fetched with its end (its magic, padded to 8 bytes).
-_DATA_HEAD_BYTES = 8
+#: The start of a remote data file fetched with its end: its magic, padded to 8 bytes, and the
+#: schema message's continuation and length, where its first record batch starts (V21).
+_DATA_HEAD_BYTES = 16
 
 
 @dataclass

@@ -146,10 +146,17 @@ def test_remote_read_of_one_subpartition_issues_exactly_its_ranges(recmem):
     f = open_file(url)
     expected = [(b.offset, b.end) for b in f.blocks(3, options=ReadOptions(max_gap=0))]
     got = f.read(3, options=ReadOptions(max_gap=0))
-    assert [(s, e) for _, s, e in reads_of(".arrow")] == expected
+    size = f.header.data_length
+    # Merging off, the first read also proves that the regions cover every record batch (V21)
+    # with the schema message's and the footer's lengths: 8 and 4 bytes, once per file.
+    proof = [(8, 16), (size - 10, size - 6)]
+    assert [(s, e) for _, s, e in reads_of(".arrow")] == proof + expected
     assert len(reads_of(".idx")) == 1  # a small index: one request
     whole = pa.ipc.open_file(pa.py_buffer(fsspec.open(url, "rb").open().read())).read_all()
     assert canonical(got).equals(canonical(expected_rows([whole], [3])))
+    RecordingFileSystem.reads.clear()
+    f.read(3, options=ReadOptions(max_gap=0))
+    assert [(s, e) for _, s, e in reads_of(".arrow")] == expected
 
 
 def test_large_remote_index_costs_at_most_two_requests_in_a_dataset(recmem):

@@ -521,11 +521,19 @@ def test_v17_undecodable_bytes_with_matching_checksum(pair: Path) -> None:
     assert rules_of(validate_file(pair, deep=True))[0] == "V17"
 
 
-def test_v18_unindexed_batches(pair: Path) -> None:
-    edit_index(pair, gen.drop_last_region)
+def test_v18_footer_lists_other_batches(pair: Path) -> None:
+    pair.write_bytes(gen.footer_repeats_first_batch(bytearray(pair.read_bytes())))
     assert validate_file(pair).ok
     report = validate_file(pair, deep=True)
     assert rules_of(report) == ["V18"]
+
+
+@pytest.mark.parametrize("deep", [False, True])
+def test_v21_index_without_its_last_region(pair: Path, deep: bool) -> None:
+    edit_index(pair, gen.drop_last_region)
+    report = validate_file(pair, deep=deep)
+    assert rules_of(report)[0] == "V21"
+    assert "before its footer" in report.violations[0].message
 
 
 def column_partitioner() -> object:
@@ -571,6 +579,42 @@ def test_v19_unknown_partitioner_is_skipped_not_invalid(pair: Path) -> None:
     report = validate_file(pair, deep=True)
     assert report.ok
     assert "from-the-future" in " ".join(report.summary["skipped"])
+
+
+def hash_pair(directory: Path) -> Path:
+    partitioners = pytest.importorskip("arrowshuffle.format.partitioners")
+    spec = partitioners.make_partitioner("hash", num_subpartitions=N, by=["k"])
+    path = directory / "h.arrow"
+    with arrowshuffle.ShuffleFileWriter(path, SCHEMA, N, partitioner=spec) as writer:
+        for r in range(2):
+            writer.write(region_rows(r, 10)[0])  # the partitioner places the rows
+            writer.flush_region()
+    return path
+
+
+MALFORMED_HASH_SPECS = {
+    "a column the schema lacks": ({"columns": ["nowhere"]}, "nowhere"),
+    "a seed that is not an integer": ({"seed": "x"}, "seed"),
+    "columns that are not a list": ({"columns": 5}, "columns"),
+    "a subpartition count as text": ({"num_subpartitions": "7"}, "7"),
+}
+
+
+@pytest.mark.parametrize(
+    ("change", "words"), list(MALFORMED_HASH_SPECS.values()), ids=list(MALFORMED_HASH_SPECS)
+)
+def test_v19_a_known_partitioner_whose_spec_cannot_be_applied(
+    tmp_path: Path, change: dict[str, object], words: str
+) -> None:
+    path = hash_pair(tmp_path)
+    assert validate_file(path, deep=True).ok
+    spec = decode_index(memoryview(Path(f"{path}.idx").read_bytes())).meta.partitioner
+    reencode(path, partitioner={**spec, **change})
+    report = validate_file(path, deep=True)
+    assert rules_of(report) == ["V19"]
+    assert "hash partitioner spec cannot be applied" in report.violations[0].message
+    assert words in report.violations[0].message
+    assert not any(reason.startswith("V19") for reason in report.summary["skipped"])
 
 
 def test_deep_check_in_small_waves_finds_the_same(
@@ -681,7 +725,8 @@ def test_remote_validation_reads_the_index_and_only_the_footer(
         (gen.entry_crc_field, "V6", False),
         (gen.overlapping_chunk, "V9", False),
         (gen.rows_moved_between_chunks, "V17", True),
-        (gen.drop_last_region, "V18", True),
+        (gen.drop_last_region, "V21", False),
+        (gen.drop_first_region, "V21", False),
     ],
 )
 def test_remote_validation_finds_the_same_rules(

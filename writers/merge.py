@@ -424,6 +424,7 @@ def merge_group(
 
 def _source(item: _Input) -> ByteSource:
     if item.source is None:
+        item.file.check_coverage()  # no region's bytes may be left behind (V21)
         item.source = item.file.data_source()
     return item.source
 

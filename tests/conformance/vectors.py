@@ -62,6 +62,8 @@ SEEN_BY: dict[str, frozenset[Kind]] = {
     # not written with (section 6.5), so it too refuses a V15 file.
     **{f"V{i}": EVERY for i in (1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 13, 15)},
     "V20": EVERY,
+    # Regions that do not cover every record batch would drop rows: refused before any is read.
+    "V21": EVERY,
     # The file id sits in the footer, which only a local reader reads before the first data read
     # (spec.md, section 6.1); a data file of another index but with the same bytes reads alike.
     "V14": frozenset({Kind.READ, *VALIDATORS}),
@@ -73,7 +75,8 @@ SEEN_BY: dict[str, frozenset[Kind]] = {
     "V16": frozenset({*READERS, Kind.DEEP}),
     # Each chunk's batches and rows are checked while it is decoded, verified or not.
     "V17": frozenset({*READERS, Kind.DEEP}),
-    # Batches no chunk declares are never read; the partitioner is recomputed by deep checks only.
+    # The footer's block list is never read by readers (chunks come from the index, and V21
+    # proves that they cover every batch); the partitioner is recomputed by deep checks only.
     "V18": frozenset({Kind.DEEP}),
     "V19": frozenset({Kind.DEEP}),
     # Manifest rules: M1-M3 and M8 when the manifest is decoded, M4-M7 for every file opened.

@@ -224,6 +224,7 @@ def write_good(vector: GoodVector, out: Path, *, file_id: bytes | None = None) -
             max_batch_rows=vector.max_batch_rows,
             compression=vector.compression,
             partitioner=vector.partitioner(),
+            overwrite=True,  # regenerating in place replaces the committed vectors
         ) as writer,
     ):
         for region in vector.regions:
@@ -391,10 +392,6 @@ class Broken:
 
 def same_rows(base: GoodVector) -> GoodVector:
     return base
-
-
-def without_last_region(base: GoodVector) -> GoodVector:
-    return replace(base, regions=base.regions[:-1])
 
 
 def set_magic(buf: bytearray) -> bytes:
@@ -594,6 +591,34 @@ def drop_last_region(buf: bytearray) -> bytes:
         entries=index.entries[:, :-1],
         compression=index.header.compression,
     )
+
+
+def drop_first_region(buf: bytearray) -> bytes:
+    """Re-encode the index without its first region (and that region's rows)."""
+    index = codec.decode_index(bytes(buf))
+    return codec.encode_index(
+        schema=index.schema,
+        partitioner=index.meta.partitioner,
+        file_id=index.header.file_id,
+        data_length=index.header.data_length,
+        regions=index.meta.regions[1:],
+        entries=index.entries[:, 1:],
+        compression=index.header.compression,
+    )
+
+
+def footer_repeats_first_batch(buf: bytearray) -> bytes:
+    """The footer's last record-batch block replaced by its first: same length, other batches."""
+    from arrowshuffle.format.ipc_file import BLOCK_DTYPE, footer_blocks_range, split_file_tail
+
+    footer, start = split_file_tail(bytes(buf))
+    begin, end = footer_blocks_range(footer)
+    blocks = bytearray(footer[begin:end])
+    size = BLOCK_DTYPE.itemsize
+    blocks[-size:] = blocks[:size]
+    out = bytearray(buf)
+    out[start + begin : start + end] = blocks
+    return bytes(out)
 
 
 def other_schema(buf: bytearray) -> bytes:
@@ -831,12 +856,26 @@ BROKEN = (
     Broken(
         "unindexed_batches",
         "good_basic",
-        "V18",
-        "index without the last region: the data file holds batches no chunk declares "
-        "(valid without --deep)",
+        "V21",
+        "index re-encoded without the last region: the data file holds batches no region covers",
         drop_last_region,
+    ),
+    Broken(
+        "first_region_dropped",
+        "good_basic",
+        "V21",
+        "index re-encoded without the first region: region 0 no longer starts at the first batch",
+        drop_first_region,
+    ),
+    Broken(
+        "footer_lists_other_batch",
+        "good_basic",
+        "V18",
+        "the data file's footer lists its first record batch in place of its last one "
+        "(valid without --deep)",
+        edit_data=footer_repeats_first_batch,
         deep=True,
-        reads=without_last_region,
+        reads=same_rows,
     ),
     Broken(
         "misassigned_rows",
