@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from arrowshuffle.format.arrow_types import empty_batch
 from arrowshuffle.format.crc import crc32c
 from arrowshuffle.format.errors import ArrowShuffleError, ChecksumMismatchError
 from arrowshuffle.format.partitioners import recompute_subpartitions
@@ -136,7 +137,7 @@ def placement_exemption(
     partitioner whose rows do not determine their subpartition are exempt.
     """
     name = spec.get("name")
-    empty = pa.RecordBatch.from_pylist([], schema=schema)
+    empty = empty_batch(schema)
     try:
         usable = recompute_subpartitions(dict(spec), empty, num_subpartitions)
     except ArrowShuffleError as exc:

@@ -13,6 +13,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from arrowshuffle.format.arrow_types import has_dictionary, stored_type
 from arrowshuffle.format.errors import InvalidOptionError
 from arrowshuffle.format.manifest import Manifest
 from arrowshuffle.format.naming import new_file_name
@@ -252,12 +253,9 @@ def _open_polars(
 def _decoded(
     schema: pa.Schema, batches: Iterator[pa.RecordBatch], table: pa.Table | None
 ) -> tuple[pa.Schema, Iterator[pa.RecordBatch], pa.Table | None]:
-    """Cast top-level dictionary columns to their value type (files hold plain values)."""
-    if not any(pa.types.is_dictionary(f.type) for f in schema):
+    """Cast dictionary columns, at any depth, to their value type (files hold plain values)."""
+    if not any(has_dictionary(f.type) for f in schema):
         return schema, batches, table
-    plain = pa.schema(
-        [f.with_type(f.type.value_type) if pa.types.is_dictionary(f.type) else f for f in schema],
-        metadata=schema.metadata,
-    )
+    plain = pa.schema([f.with_type(stored_type(f.type)) for f in schema], metadata=schema.metadata)
     decoded = (batch.cast(plain) for batch in batches)
     return plain, decoded, table
