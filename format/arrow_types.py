@@ -29,6 +29,7 @@ from arrowshuffle.format.errors import SchemaMismatchError
 
 __all__ = [
     "check_storable",
+    "child_types",
     "decode_runs",
     "empty_batch",
     "gather",
@@ -39,6 +40,7 @@ __all__ = [
     "take_batch",
     "takes",
     "to_plain",
+    "with_child_types",
 ]
 
 
@@ -46,7 +48,8 @@ def _is_extension(t: pa.DataType) -> bool:
     return isinstance(t, pa.BaseExtensionType)
 
 
-def _children(t: pa.DataType) -> list[pa.DataType]:
+def child_types(t: pa.DataType) -> list[pa.DataType]:
+    """The types directly inside ``t`` (an extension's storage, a dictionary's values...)."""
     if _is_extension(t):
         return [t.storage_type]
     if pat.is_dictionary(t):
@@ -66,12 +69,12 @@ def takes(t: pa.DataType) -> bool:
         return False
     if pat.is_list_view(t) or pat.is_large_list_view(t):
         return True
-    return all(takes(child) for child in _children(t))
+    return all(takes(child) for child in child_types(t))
 
 
 def has_dictionary(t: pa.DataType) -> bool:
     """True when ``t`` is, or holds at any depth, a dictionary type."""
-    return pat.is_dictionary(t) or any(has_dictionary(c) for c in _children(t))
+    return pat.is_dictionary(t) or any(has_dictionary(c) for c in child_types(t))
 
 
 def stored_type(t: pa.DataType) -> pa.DataType:
@@ -80,7 +83,7 @@ def stored_type(t: pa.DataType) -> pa.DataType:
         return t
     if pat.is_dictionary(t):
         return stored_type(t.value_type)
-    return _with_children(t, [stored_type(c) for c in _children(t)])
+    return with_child_types(t, [stored_type(c) for c in child_types(t)])
 
 
 def check_storable(name: str, t: pa.DataType) -> None:
@@ -94,11 +97,11 @@ def check_storable(name: str, t: pa.DataType) -> None:
             f"column {name!r} has type {t}: a union whose members hold a view or run-end "
             "encoded type cannot be stored; cast those members to their plain types first"
         )
-    for child in _children(t):
+    for child in child_types(t):
         check_storable(name, child)
 
 
-def _with_children(t: pa.DataType, children: list[pa.DataType]) -> pa.DataType:
+def with_child_types(t: pa.DataType, children: list[pa.DataType]) -> pa.DataType:
     """``t`` with its child types replaced (struct, list kinds, map, run-end encoded)."""
     if pat.is_struct(t):
         return pa.struct([t.field(i).with_type(c) for i, c in enumerate(children)])
@@ -135,9 +138,7 @@ def take_batch(batch: pa.RecordBatch, indices: pa.Array) -> pa.RecordBatch:
     if all(takes(t) for t in batch.schema.types):
         return batch.take(indices)
     idx = indices.to_numpy(zero_copy_only=False).astype(np.int64, copy=False)
-    columns = [
-        col.take(indices) if takes(col.type) else gather(col, idx) for col in batch.columns
-    ]
+    columns = [col.take(indices) if takes(col.type) else gather(col, idx) for col in batch.columns]
     return pa.RecordBatch.from_arrays(columns, schema=batch.schema)
 
 
@@ -217,8 +218,9 @@ def decode_runs(arr: pa.Array) -> pa.Array:
 
 def _physical_rows(arr: pa.Array, idx: np.ndarray) -> np.ndarray:
     """The run of a run-end encoded array that each logical row of ``idx`` falls in."""
-    run_ends = arr.run_ends.to_numpy()
-    return np.searchsorted(run_ends, idx + arr.offset, side="right").astype(np.int64)
+    run_ends: np.ndarray = arr.run_ends.to_numpy()
+    rows: np.ndarray = np.searchsorted(run_ends, idx + arr.offset, side="right")
+    return rows.astype(np.int64, copy=False)
 
 
 def empty_batch(schema: pa.Schema) -> pa.RecordBatch:
@@ -240,7 +242,7 @@ def is_plain(t: pa.DataType) -> bool:
         or pat.is_dictionary(t)
     ):
         return False
-    return all(is_plain(c) for c in _children(t))
+    return all(is_plain(c) for c in child_types(t))
 
 
 def plain_type(t: pa.DataType) -> pa.DataType:
@@ -248,12 +250,12 @@ def plain_type(t: pa.DataType) -> pa.DataType:
     if is_plain(t):
         return t
     if _is_extension(t) or pat.is_dictionary(t) or pat.is_run_end_encoded(t):
-        return plain_type(_children(t)[0])
+        return plain_type(child_types(t)[0])
     if pat.is_list_view(t):
         return pa.list_(t.value_field.with_type(plain_type(t.value_type)))
     if pat.is_large_list_view(t):
         return pa.large_list(t.value_field.with_type(plain_type(t.value_type)))
-    return _with_children(t, [plain_type(c) for c in _children(t)])
+    return with_child_types(t, [plain_type(c) for c in child_types(t)])
 
 
 def to_plain(arr: pa.Array) -> pa.Array:
