@@ -30,6 +30,7 @@ from arrowshuffle.format.errors import SchemaMismatchError
 __all__ = [
     "check_storable",
     "child_types",
+    "decode_dictionary",
     "decode_runs",
     "empty_batch",
     "gather",
@@ -63,11 +64,12 @@ def child_types(t: pa.DataType) -> list[pa.DataType]:
 def takes(t: pa.DataType) -> bool:
     """True when pyarrow's ``take`` kernel gathers arrays of type ``t``.
 
-    A list view's ``take`` moves its offsets and sizes only, so any list view takes.
+    A list view's ``take`` moves its offsets and sizes only, and a dictionary's its indices,
+    so any list view or dictionary takes.
     """
     if pat.is_string_view(t) or pat.is_binary_view(t) or pat.is_run_end_encoded(t):
         return False
-    if pat.is_list_view(t) or pat.is_large_list_view(t):
+    if pat.is_list_view(t) or pat.is_large_list_view(t) or pat.is_dictionary(t):
         return True
     return all(takes(child) for child in child_types(t))
 
@@ -211,6 +213,18 @@ def _gather_runs(arr: pa.Array, idx: np.ndarray) -> pa.Array:
     return pa.RunEndEncodedArray.from_arrays(ends, values, type=t)
 
 
+def decode_dictionary(arr: pa.Array) -> pa.Array:
+    """A dictionary array decoded (``dictionary_decode`` takes, which view values lack)."""
+    values = arr.dictionary
+    t = values.type
+    if takes(t):
+        return arr.dictionary_decode()
+    if not (pat.is_string_view(t) or pat.is_binary_view(t)):
+        raise SchemaMismatchError(f"a dictionary of {t} values cannot be decoded")
+    wide = values.cast(pa.large_string() if pat.is_string_view(t) else pa.large_binary())
+    return pa.DictionaryArray.from_arrays(arr.indices, wide).dictionary_decode().cast(t)
+
+
 def decode_runs(arr: pa.Array) -> pa.Array:
     """A run-end encoded array decoded (``run_end_decode`` has no kernel for view values)."""
     return gather(arr.values, _physical_rows(arr, np.arange(len(arr), dtype=np.int64)))
@@ -270,7 +284,7 @@ def to_plain(arr: pa.Array) -> pa.Array:
     if _is_extension(t):
         return to_plain(arr.storage)
     if pat.is_dictionary(t):
-        return to_plain(arr.dictionary_decode())
+        return to_plain(decode_dictionary(arr))
     if pat.is_run_end_encoded(t):
         return to_plain(decode_runs(arr))
     mask = _null_mask(arr)

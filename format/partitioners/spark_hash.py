@@ -70,7 +70,7 @@ import pyarrow.compute as pc
 import pyarrow.types as pat
 from numpy.typing import DTypeLike
 
-from arrowshuffle.format.arrow_types import decode_runs
+from arrowshuffle.format.arrow_types import decode_dictionary, decode_runs
 from arrowshuffle.format.errors import InvalidOptionError
 from arrowshuffle.format.parallel import parallel_map, row_ranges
 from arrowshuffle.format.partitioners import _jit
@@ -625,7 +625,7 @@ def _key_values(arr: pa.Array) -> pa.Array:
     while True:
         typ = arr.type
         if pat.is_dictionary(typ):
-            arr = arr.dictionary_decode()
+            arr = decode_dictionary(arr)
         elif pat.is_run_end_encoded(typ):
             arr = decode_runs(arr)
         elif isinstance(typ, pa.BaseExtensionType):
