@@ -1,9 +1,9 @@
 """Arrow types that pyarrow's compute kernels do not fully cover: gathering rows, plain forms.
 
-A shuffle file stores every column in the type its writer was given, with two exceptions (see
-spec.md section 4, "Column types"): dictionary-encoded columns are stored decoded, and unions
-whose members hold a view or run-end encoded type are refused. Two gaps of pyarrow 26 are
-filled here, with vectorized code and no per-row Python:
+A shuffle file stores every column in the type its writer was given (spec.md section 4, rule 7),
+with two exceptions: dictionary-encoded columns are stored decoded, and unions whose members
+hold a view or run-end encoded type are refused. Gaps of pyarrow 26 are filled here, with
+vectorized code and no per-row Python:
 
 * ``take`` has no kernel for ``string_view``, ``binary_view`` and ``run_end_encoded`` arrays,
   nor for a struct, list, map or extension array that holds one. :func:`gather` takes rows of
@@ -14,6 +14,10 @@ filled here, with vectorized code and no per-row Python:
   plain form (a list view as a list, a run-end encoded array decoded, an extension array as
   its storage, a dictionary decoded), at any depth. pyarrow's own cast from a list view to a
   list returns an array with one offset too few, so it is not used.
+* ``run_end_decode`` and ``dictionary_decode`` have no kernel for view values:
+  :func:`decode_runs` and :func:`decode_dictionary` do. (A cast of a sliced run-end encoded
+  array, even to its own type, drops the slice offset: callers cast only the columns that
+  need it.)
 """
 
 from __future__ import annotations

@@ -90,7 +90,7 @@ class WrittenFile:
 
 
 def check_schema(schema: pa.Schema) -> pa.Schema:
-    """Refuse schemas the format cannot store (dictionary-encoded fields, see spec.md 4.1).
+    """Refuse schemas the format cannot store (dictionary-encoded fields: spec.md 4, rule 7).
 
     :func:`~arrowshuffle.writers.api.write` decodes dictionaries itself; a union whose members
     hold a view or run-end encoded type is refused everywhere.

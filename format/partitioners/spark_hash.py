@@ -700,9 +700,8 @@ def _plan(columns: Sequence[pa.Array | pa.ChunkedArray]) -> list[_Column]:
                 complete = complete and not len(arr)
                 start += len(arr)
                 continue  # nothing but nulls: the running hash stays
-            kernel = _kernel(
-                typ, f"key column {index}"
-            )  # checks the type even when every value is null
+            # Checks the type even when every value is null.
+            kernel = _kernel(typ, f"key column {index}")
             if pat.is_string_view(typ) or pat.is_binary_view(typ):
                 arr = arr.cast(pa.large_string() if pat.is_string_view(typ) else pa.large_binary())
             if len(arr):
