@@ -277,7 +277,7 @@ def test_every_type_on_object_storage(s3_endpoint: Any, s3_bucket: str) -> None:
 def test_polars_reads_the_plain_form_or_refuses_by_name(
     datasets: dict[str, str], name: str
 ) -> None:
-    pytest.importorskip("polars")
+    pl = pytest.importorskip("polars")
     import arrowshuffle.polars as ashpl
 
     if name in POLARS_REFUSES:
@@ -292,14 +292,8 @@ def test_polars_reads_the_plain_form_or_refuses_by_name(
         got = {i: None if v is None else [[k, x] for k, x in v.items()] for i, v in got.items()}
     assert got == want
     # projection and predicates still apply
-    some = ashpl.scan_dataset(datasets[name]).filter(ashpl_col("i") < 5).select("v").collect()
+    some = ashpl.scan_dataset(datasets[name]).filter(pl.col("i") < 5).select("v").collect()
     assert some.height == 5
-
-
-def ashpl_col(name: str) -> Any:
-    import polars as pl
-
-    return pl.col(name)
 
 
 @pytest.mark.spark
