@@ -28,8 +28,11 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.types as pat
 
-from arrowshuffle.format.errors import InvalidOptionError, import_optional
+from arrowshuffle.format.arrow_types import child_types, plain_type, to_plain, with_child_types
+from arrowshuffle.format.errors import InvalidOptionError, SchemaMismatchError, import_optional
 from arrowshuffle.readers.balance import (
     DEFAULT_SKEW_FACTOR,
     DEFAULT_SKEW_MIN_BYTES,
@@ -232,7 +235,7 @@ def _scan(
     if options is not None and not isinstance(options, ReadOptions):
         raise InvalidOptionError(f"options must be a ReadOptions, found {options!r}")
     reader.reads(selection)
-    arrow_schema = reader.schema
+    arrow_schema = polars_arrow_schema(reader.schema)
     schema = polars.from_arrow(arrow_schema.empty_table()).schema
 
     def source(
@@ -248,6 +251,10 @@ def _scan(
         read_schema = (
             arrow_schema if columns is None else pa.schema([arrow_schema.field(c) for c in columns])
         )
+        stored = [reader.schema.field(name).type for name in read_schema.names]
+        converted: Iterator[pa.RecordBatch] = batches
+        if stored != read_schema.types:
+            converted = (_conform(batch, read_schema) for batch in batches)
         # Batches are converted in groups of about polars' batch size: one conversion of many
         # small batches costs far less than many conversions. With a limit and no predicate,
         # a group never needs more rows than the limit.
@@ -256,7 +263,7 @@ def _scan(
             group_rows = min(group_rows, n_rows)
         remaining = n_rows
         try:
-            for group in _groups(batches, group_rows):
+            for group in _groups(converted, group_rows):
                 frame = polars.from_arrow(
                     pa.Table.from_batches(group, schema=read_schema), rechunk=False
                 )
@@ -284,6 +291,61 @@ def _scan(
         explain_detail=detail,
     )
     return frame
+
+
+#: The most digits a polars decimal holds.
+_POLARS_MAX_PRECISION = 38
+
+
+def polars_arrow_schema(schema: pa.Schema) -> pa.Schema:
+    """The Arrow schema of the batches handed to polars for a dataset of ``schema``.
+
+    polars reads Arrow's plain forms: list views become lists, run-end encoded columns are
+    decoded, extension columns are their storage, ``decimal256`` of at most 38 digits becomes
+    ``decimal128``. Every other type is kept.
+
+    Raises:
+        SchemaMismatchError: a column whose type polars cannot hold (an interval, a union, a
+            decimal of more than 38 digits), named with its type.
+    """
+    return pa.schema(
+        [f.with_type(_polars_type(plain_type(f.type), f.name, f.type)) for f in schema],
+        metadata=schema.metadata,
+    )
+
+
+def _polars_type(t: pa.DataType, name: str, stored: pa.DataType) -> pa.DataType:
+    why = ""
+    if pat.is_union(t):
+        why = "polars has no union type"
+    elif pat.is_interval(t):
+        why = "polars has no interval type"
+    elif pat.is_decimal(t) and t.precision > _POLARS_MAX_PRECISION:
+        why = f"polars decimals hold at most {_POLARS_MAX_PRECISION} digits"
+    if why:
+        raise SchemaMismatchError(
+            f"column {name!r} has type {stored}, which polars cannot read ({why}); read it "
+            "with arrowshuffle.open_dataset or open_file, or leave the column out of the dataset"
+        )
+    if pat.is_decimal256(t):
+        return pa.decimal128(t.precision, t.scale)
+    children = child_types(t)
+    if not children:
+        return t
+    mapped = [_polars_type(c, name, stored) for c in children]
+    return t if mapped == children else with_child_types(t, mapped)
+
+
+def _conform(batch: pa.RecordBatch, schema: pa.Schema) -> pa.RecordBatch:
+    """``batch`` in the polars form ``schema`` (see :func:`polars_arrow_schema`)."""
+    columns = []
+    for column, field in zip(batch.columns, schema, strict=True):
+        if not column.type.equals(field.type):
+            column = to_plain(column)
+            if not column.type.equals(field.type):
+                column = pc.cast(column, field.type)
+        columns.append(column)
+    return pa.RecordBatch.from_arrays(columns, schema=schema)
 
 
 def _columns_to_read(

@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from arrowshuffle.format.arrow_types import empty_batch
 from arrowshuffle.format.crc import crc32c
 from arrowshuffle.format.errors import ArrowShuffleError, ChecksumMismatchError
 from arrowshuffle.format.partitioners import PARTITIONER_NAMES, recompute_subpartitions
@@ -143,7 +144,7 @@ def placement_exemption(
     name = spec.get("name")
     if name != EXPLICIT and name not in PARTITIONER_NAMES:
         return f"partitioner {name!r} is not known to this version"
-    empty = pa.RecordBatch.from_pylist([], schema=schema)
+    empty = empty_batch(schema)
     try:
         usable = recompute_subpartitions(dict(spec), empty, num_subpartitions)
     except ArrowShuffleError as exc:

@@ -13,7 +13,8 @@ from typing import Any
 
 import pyarrow as pa
 
-from arrowshuffle.format.errors import InvalidOptionError
+from arrowshuffle.format.arrow_types import decode_dictionary, has_dictionary, stored_type
+from arrowshuffle.format.errors import InvalidOptionError, SchemaMismatchError
 from arrowshuffle.format.manifest import Manifest
 from arrowshuffle.format.naming import new_file_name
 from arrowshuffle.format.partitioners import PARTITIONER_NAMES, Partitioner, make_partitioner
@@ -177,7 +178,9 @@ def _partitioner(
         if key in table.schema.names:
             sample = table.column(key)
             if pa.types.is_dictionary(sample.type):
-                sample = sample.cast(sample.type.value_type)
+                sample = pa.chunked_array(
+                    [decode_dictionary(c) for c in sample.chunks], sample.type.value_type
+                )
             options = {**options, "sample": sample}
     return make_partitioner(name, num_subpartitions=num_subpartitions, by=by, **options)
 
@@ -260,12 +263,29 @@ def _open_polars(
 def _decoded(
     schema: pa.Schema, batches: Iterator[pa.RecordBatch], table: pa.Table | None
 ) -> tuple[pa.Schema, Iterator[pa.RecordBatch], pa.Table | None]:
-    """Cast top-level dictionary columns to their value type (files hold plain values)."""
-    if not any(pa.types.is_dictionary(f.type) for f in schema):
+    """Cast dictionary columns, at any depth, to their value type (files hold plain values)."""
+    if not any(has_dictionary(f.type) for f in schema):
         return schema, batches, table
-    plain = pa.schema(
-        [f.with_type(f.type.value_type) if pa.types.is_dictionary(f.type) else f for f in schema],
-        metadata=schema.metadata,
-    )
-    decoded = (batch.cast(plain) for batch in batches)
-    return plain, decoded, table
+    plain = pa.schema([f.with_type(stored_type(f.type)) for f in schema], metadata=schema.metadata)
+    # Only the dictionary columns are cast: pyarrow's cast of a sliced run-end encoded array to
+    # its own type drops the slice offset.
+    encoded = [i for i, f in enumerate(schema) if has_dictionary(f.type)]
+
+    def decode(batch: pa.RecordBatch) -> pa.RecordBatch:
+        columns = list(batch.columns)
+        for i in encoded:
+            column = columns[i]
+            if pa.types.is_dictionary(column.type):
+                column = decode_dictionary(column)  # also where cast has no kernel (views)
+            if not column.type.equals(plain.field(i).type):
+                try:
+                    column = column.cast(plain.field(i).type)
+                except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
+                    raise SchemaMismatchError(
+                        f"column {schema.field(i).name!r} of type {schema.field(i).type} cannot "
+                        f"be decoded to {plain.field(i).type}: {exc}"
+                    ) from exc
+            columns[i] = column
+        return pa.RecordBatch.from_arrays(columns, schema=plain)
+
+    return plain, (decode(batch) for batch in batches), table

@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from arrowshuffle.format.arrow_types import check_storable, has_dictionary
 from arrowshuffle.format.errors import InvalidOptionError, SchemaMismatchError
 from arrowshuffle.format.index import (
     COMPRESSION_BITS,
@@ -89,22 +90,21 @@ class WrittenFile:
 
 
 def check_schema(schema: pa.Schema) -> pa.Schema:
-    """Refuse schemas the format cannot store (dictionary-encoded fields)."""
+    """Refuse schemas the format cannot store (dictionary-encoded fields: spec.md 4, rule 7).
+
+    :func:`~arrowshuffle.writers.api.write` decodes dictionaries itself; a union whose members
+    hold a view or run-end encoded type is refused everywhere.
+    """
     if not isinstance(schema, pa.Schema):
         raise InvalidOptionError(f"expected a pyarrow Schema, found {type(schema).__name__}")
     for field in schema:
-        if _has_dictionary(field.type):
+        if has_dictionary(field.type):
             raise SchemaMismatchError(
                 f"field {field.name!r} has dictionary type {field.type}; arrowshuffle files hold "
                 "plain values: cast it to its value type first"
             )
+        check_storable(field.name, field.type)
     return schema
-
-
-def _has_dictionary(t: pa.DataType) -> bool:
-    if pa.types.is_dictionary(t):
-        return True
-    return any(_has_dictionary(t.field(i).type) for i in range(t.num_fields))
 
 
 def normalize_compression(compression: str | None) -> str:

@@ -19,6 +19,7 @@ from typing import IO, Any
 import numpy as np
 import pyarrow as pa
 
+from arrowshuffle.format.arrow_types import empty_batch
 from arrowshuffle.format.chunks import check_chunk_crc, decode_chunk
 from arrowshuffle.format.crc import crc32c
 from arrowshuffle.format.errors import (
@@ -168,7 +169,7 @@ def ipc_file_frame(
         the footer flatbuffer (its record-batch Blocks still those of zero-row batches).
     """
     sink = _TailSink(8 + schema.serialize().size)
-    empty = pa.RecordBatch.from_pylist([], schema=schema)
+    empty = empty_batch(schema)
     writer = pa.ipc.new_file(pa.PythonFile(sink, mode="w"), schema, metadata=metadata)
     for _ in range(batches):
         writer.write_batch(empty)

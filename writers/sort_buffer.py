@@ -17,6 +17,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from arrowshuffle.format.arrow_types import take_batch
 from arrowshuffle.format.parallel import parallel_map, row_ranges
 
 #: The fewest rows a thread sorts: below that the hand-off costs more than it saves.
@@ -61,7 +62,8 @@ class SortBuffer:
         if not np.all(part[1:] >= part[:-1]):
             # Arrow's stable sort of a narrow integer range is a counting sort.
             order = pc.array_sort_indices(pa.array(part))
-            batch = batch.take(order)
+            # take_batch is batch.take, plus the view and run-end encoded columns it lacks.
+            batch = take_batch(batch, order)
         return batch, counts
 
     def __bool__(self) -> bool:

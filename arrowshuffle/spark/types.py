@@ -14,6 +14,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from arrowshuffle.format.arrow_types import plain_type, to_plain
 from arrowshuffle.format.errors import SchemaMismatchError
 
 
@@ -28,13 +29,16 @@ def spark_type(arrow_type: pa.DataType, *, where: str = "field") -> Any:
 
     Unsigned integers widen (``uint8`` -> short, ``uint16`` -> int, ``uint32`` -> long,
     ``uint64`` -> decimal(20, 0)); large and view string/binary/list types map to their plain
-    Spark type; timestamps without a time zone are ``timestamp_ntz``.
+    Spark type; timestamps without a time zone are ``timestamp_ntz``; run-end encoded and
+    dictionary columns map as their values, extension columns as their storage type.
 
     Raises:
         SchemaMismatchError: a type Spark has no equivalent for (the message names the field).
     """
     t = _types()
-    at = arrow_type
+    # List views, run-end encoding, extension types and dictionaries: as their plain form,
+    # which conform() converts batches to.
+    at = plain_type(arrow_type)
     simple = {
         pa.bool_(): t.BooleanType(),
         pa.int8(): t.ByteType(),
@@ -149,6 +153,10 @@ def conform(batch: pa.RecordBatch, target: pa.Schema) -> pa.RecordBatch:
     arrays = []
     for field in target:
         values = batch.column(field.name)
+        if not values.type.equals(field.type):
+            # pyarrow's cast from a list view to a list is broken, and it has none from run-end
+            # encoded or extension arrays: those are first made plain.
+            values = to_plain(values)
         if not values.type.equals(field.type):
             try:
                 # Narrowing a time unit (ns -> us) truncates, as Spark itself does; any

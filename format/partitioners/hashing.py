@@ -17,6 +17,7 @@ from arrowshuffle.format.partitioners.base import (
     spec_names,
 )
 from arrowshuffle.format.partitioners.spark_hash import (
+    check_key_type,
     flink_murmur_hash,
     spark_hash,
     spark_partition_ids,
@@ -65,6 +66,8 @@ class HashPartitioner:
     def assign(self, batch: Batch) -> np.ndarray:
         """The subpartition of every row of ``batch``."""
         keys = [column(batch, c, partitioner=self.name) for c in self.columns]
+        for name, key in zip(self.columns, keys, strict=True):
+            check_key_type(key.type, name)
         if self.seed == SPARK_SEED:
             ids = spark_partition_ids(keys, self.num_subpartitions)
         else:
@@ -156,6 +159,8 @@ class KeyGroupPartitioner:
     def assign(self, batch: Batch) -> np.ndarray:
         """The key group (subpartition) of every row of ``batch``."""
         keys = [column(batch, c, partitioner=self.name) for c in self.columns]
+        for name, key in zip(self.columns, keys, strict=True):
+            check_key_type(key.type, name)
         key_hash = spark_hash(keys, SPARK_SEED)
         mixed = np.asarray(flink_murmur_hash(key_hash), dtype=np.int64)
         return np.mod(mixed, self.num_subpartitions)

@@ -60,6 +60,10 @@ def key_kind(t: pa.DataType) -> str:
         )
     if pa.types.is_floating(t):
         return "floating"
+    if pa.types.is_interval(t):
+        raise InvalidOptionError(
+            f"the range partitioner needs a sortable key; intervals ({t}) have no total order"
+        )
     if pa.types.is_temporal(t):
         return str(t)
     if pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_string_view(t):
@@ -85,6 +89,9 @@ def _sortable(values: pa.Array) -> pa.Array:
         return values.cast(pa.large_string())
     if pa.types.is_binary_view(values.type):
         return values.cast(pa.large_binary())
+    if pa.types.is_decimal32(values.type) or pa.types.is_decimal64(values.type):
+        # Arrow sorts only decimal128 and decimal256; the widening is exact.
+        return values.cast(pa.decimal128(values.type.precision, values.type.scale))
     return values
 
 

@@ -23,7 +23,8 @@
   ``large_binary``, ``binary_view``, ``fixed_size_binary``) hash their bytes with Spark's
   ``hashUnsafeBytes``: 4-byte little-endian blocks as in Murmur3, then *each* leftover byte,
   sign-extended to an int, gets a full mixing round, then the finalizer with the total length.
-* Dictionary arrays hash as their decoded values; a column of Arrow's ``null`` type is all nulls.
+* Dictionary and run-end encoded arrays hash as their decoded values, extension arrays as their
+  storage (what Spark reads from such a column); a column of Arrow's ``null`` type is all nulls.
 * Spark has no unsigned integers. The unsigned types hash as Spark sees them when it reads the
   same data from Parquet (the one place it maps them): ``uint8`` as ``SMALLINT``, ``uint16`` as
   ``INT``, ``uint32`` as ``BIGINT`` and ``uint64`` as ``DECIMAL(20, 0)``. (PySpark refuses to
@@ -69,11 +70,12 @@ import pyarrow.compute as pc
 import pyarrow.types as pat
 from numpy.typing import DTypeLike
 
+from arrowshuffle.format.arrow_types import decode_dictionary, decode_runs
 from arrowshuffle.format.errors import InvalidOptionError
 from arrowshuffle.format.parallel import parallel_map, row_ranges
 from arrowshuffle.format.partitioners import _jit
 
-__all__ = ["flink_murmur_hash", "spark_hash", "spark_partition_ids"]
+__all__ = ["check_key_type", "flink_murmur_hash", "spark_hash", "spark_partition_ids"]
 
 _U32 = np.uint32
 _C1 = _U32(0xCC9E2D51)
@@ -457,10 +459,10 @@ def _big_integer_bytes(seed: _Seed, le: np.ndarray, out: np.ndarray) -> None:
 _Kernel = Callable[[_Seed, pa.Array, np.ndarray], None]
 
 
-def _unsupported(typ: pa.DataType, index: int, why: str = "") -> InvalidOptionError:
+def _unsupported(typ: pa.DataType, label: str, why: str = "") -> InvalidOptionError:
     detail = f" ({why})" if why else ""
     return InvalidOptionError(
-        f"key column {index} has type {typ}, which Spark's hash cannot take{detail}; "
+        f"{label} has type {typ}, which Spark's hash cannot take{detail}; "
         "expected a boolean, integer, floating point, decimal, date, timestamp, duration, "
         "string or binary column"
     )
@@ -575,7 +577,7 @@ _KERNELS_BY_TYPE: dict[pa.DataType, _Kernel] = {
 }
 
 
-def _kernel(typ: pa.DataType, index: int) -> _Kernel:
+def _kernel(typ: pa.DataType, label: str) -> _Kernel:
     """The function that hashes every row of an array of ``typ`` as if none were null.
 
     Raises:
@@ -597,14 +599,50 @@ def _kernel(typ: pa.DataType, index: int) -> _Kernel:
     if pat.is_decimal(typ):
         if typ.precision > _MAX_SPARK_PRECISION:
             raise _unsupported(
-                typ, index, f"Spark decimals hold at most {_MAX_SPARK_PRECISION} digits"
+                typ, label, f"Spark decimals hold at most {_MAX_SPARK_PRECISION} digits"
             )
         return _hash_decimal
     if typ in _KERNELS_BY_TYPE:
         return _KERNELS_BY_TYPE[typ]
     if _is_binary_like(typ):
         return _hash_binary_like
-    raise _unsupported(typ, index)
+    raise _unsupported(typ, label)
+
+
+def _key_type(typ: pa.DataType) -> pa.DataType:
+    """The type Spark sees for a key column of ``typ`` (see :func:`_key_values`)."""
+    while True:
+        if pat.is_dictionary(typ) or pat.is_run_end_encoded(typ):
+            typ = typ.value_type
+        elif isinstance(typ, pa.BaseExtensionType):
+            typ = typ.storage_type
+        else:
+            return typ
+
+
+def _key_values(arr: pa.Array) -> pa.Array:
+    """Key values as Spark reads them: dictionaries and runs decoded, extensions as storage."""
+    while True:
+        typ = arr.type
+        if pat.is_dictionary(typ):
+            arr = decode_dictionary(arr)
+        elif pat.is_run_end_encoded(typ):
+            arr = decode_runs(arr)
+        elif isinstance(typ, pa.BaseExtensionType):
+            arr = arr.storage
+        else:
+            return arr
+
+
+def check_key_type(typ: pa.DataType, name: str) -> None:
+    """Refuse a key column ``name`` of a type Spark's hash cannot take.
+
+    Raises:
+        InvalidOptionError: naming the column and its type.
+    """
+    plain = _key_type(typ)
+    if not pat.is_null(plain):
+        _kernel(plain, f"key column {name!r}" + (f" (stored as {typ})" if plain != typ else ""))
 
 
 def _is_binary_like(typ: pa.DataType) -> bool:
@@ -656,13 +694,14 @@ def _plan(columns: Sequence[pa.Array | pa.ChunkedArray]) -> list[_Column]:
         complete = True
         start = 0
         for chunk in col.chunks if isinstance(col, pa.ChunkedArray) else [col]:
-            arr = chunk.dictionary_decode() if pat.is_dictionary(chunk.type) else chunk
+            arr = _key_values(chunk)
             typ = arr.type
             if pat.is_null(typ):
                 complete = complete and not len(arr)
                 start += len(arr)
                 continue  # nothing but nulls: the running hash stays
-            kernel = _kernel(typ, index)  # checks the type even when every value is null
+            # Checks the type even when every value is null.
+            kernel = _kernel(typ, f"key column {index}")
             if pat.is_string_view(typ) or pat.is_binary_view(typ):
                 arr = arr.cast(pa.large_string() if pat.is_string_view(typ) else pa.large_binary())
             if len(arr):

@@ -1,0 +1,319 @@
+"""Arrow types that pyarrow's compute kernels do not fully cover: gathering rows, plain forms.
+
+A shuffle file stores every column in the type its writer was given (spec.md section 4, rule 7),
+with two exceptions: dictionary-encoded columns are stored decoded, and unions whose members
+hold a view or run-end encoded type are refused. Gaps of pyarrow 26 are filled here, with
+vectorized code and no per-row Python:
+
+* ``take`` has no kernel for ``string_view``, ``binary_view`` and ``run_end_encoded`` arrays,
+  nor for a struct, list, map or extension array that holds one. :func:`gather` takes rows of
+  any such array: views go through their large offset-based type and back (both casts are
+  lossless), run-end encoded arrays gather their runs, and containers gather their children.
+* Engines that read Arrow do not all take every type: polars and Spark have no list views, no
+  run-end encoding and no Arrow extension types. :func:`to_plain` rewrites an array in its
+  plain form (a list view as a list, a run-end encoded array decoded, an extension array as
+  its storage, a dictionary decoded), at any depth. pyarrow's own cast from a list view to a
+  list returns an array with one offset too few, so it is not used.
+* ``run_end_decode`` and ``dictionary_decode`` have no kernel for view values:
+  :func:`decode_runs` and :func:`decode_dictionary` do. (A cast of a sliced run-end encoded
+  array, even to its own type, drops the slice offset: callers cast only the columns that
+  need it.)
+"""
+
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.types as pat
+
+from arrowshuffle.format.errors import SchemaMismatchError
+
+__all__ = [
+    "check_storable",
+    "child_types",
+    "decode_dictionary",
+    "decode_runs",
+    "empty_batch",
+    "gather",
+    "has_dictionary",
+    "is_plain",
+    "plain_type",
+    "stored_type",
+    "take_batch",
+    "takes",
+    "to_plain",
+    "with_child_types",
+]
+
+
+def _is_extension(t: pa.DataType) -> bool:
+    return isinstance(t, pa.BaseExtensionType)
+
+
+def child_types(t: pa.DataType) -> list[pa.DataType]:
+    """The types directly inside ``t`` (an extension's storage, a dictionary's values...)."""
+    if _is_extension(t):
+        return [t.storage_type]
+    if pat.is_dictionary(t):
+        return [t.value_type]
+    if pat.is_run_end_encoded(t):
+        return [t.value_type]
+    return [t.field(i).type for i in range(t.num_fields)]
+
+
+@functools.lru_cache(maxsize=1024)
+def takes(t: pa.DataType) -> bool:
+    """True when pyarrow's ``take`` kernel gathers arrays of type ``t``.
+
+    A list view's ``take`` moves its offsets and sizes only, and a dictionary's its indices,
+    so any list view or dictionary takes.
+    """
+    if pat.is_string_view(t) or pat.is_binary_view(t) or pat.is_run_end_encoded(t):
+        return False
+    if pat.is_list_view(t) or pat.is_large_list_view(t) or pat.is_dictionary(t):
+        return True
+    return all(takes(child) for child in child_types(t))
+
+
+def has_dictionary(t: pa.DataType) -> bool:
+    """True when ``t`` is, or holds at any depth, a dictionary type."""
+    return pat.is_dictionary(t) or any(has_dictionary(c) for c in child_types(t))
+
+
+def stored_type(t: pa.DataType) -> pa.DataType:
+    """The type a column of type ``t`` is stored in: ``t`` with dictionaries decoded."""
+    if not has_dictionary(t):
+        return t
+    if pat.is_dictionary(t):
+        return stored_type(t.value_type)
+    return with_child_types(t, [stored_type(c) for c in child_types(t)])
+
+
+def check_storable(name: str, t: pa.DataType) -> None:
+    """Refuse a column type the writer cannot gather (a union holding a view type).
+
+    Raises:
+        SchemaMismatchError: naming the column and its type.
+    """
+    if pat.is_union(t) and not takes(t):
+        raise SchemaMismatchError(
+            f"column {name!r} has type {t}: a union whose members hold a view or run-end "
+            "encoded type cannot be stored; cast those members to their plain types first"
+        )
+    for child in child_types(t):
+        check_storable(name, child)
+
+
+def with_child_types(t: pa.DataType, children: list[pa.DataType]) -> pa.DataType:
+    """``t`` with its child types replaced (struct, list kinds, map, run-end encoded)."""
+    if pat.is_struct(t):
+        return pa.struct([t.field(i).with_type(c) for i, c in enumerate(children)])
+    if pat.is_map(t):
+        entries = children[0]
+        return pa.map_(
+            t.key_field.with_type(entries.field(0).type),
+            t.item_field.with_type(entries.field(1).type),
+            keys_sorted=t.keys_sorted,
+        )
+    if pat.is_list(t):
+        return pa.list_(t.value_field.with_type(children[0]))
+    if pat.is_large_list(t):
+        return pa.large_list(t.value_field.with_type(children[0]))
+    if pat.is_fixed_size_list(t):
+        return pa.list_(t.value_field.with_type(children[0]), t.list_size)
+    if pat.is_list_view(t):
+        return pa.list_view(t.value_field.with_type(children[0]))
+    if pat.is_large_list_view(t):
+        return pa.large_list_view(t.value_field.with_type(children[0]))
+    if pat.is_run_end_encoded(t):
+        return pa.run_end_encoded(t.run_end_type, children[0])
+    if pat.is_union(t):
+        fields = [t.field(i).with_type(c) for i, c in enumerate(children)]
+        return pa.union(fields, t.mode, t.type_codes)
+    raise SchemaMismatchError(f"type {t} has no child types to replace")
+
+
+# ---------------------------------------------------------------------- gathering rows
+
+
+def take_batch(batch: pa.RecordBatch, indices: pa.Array) -> pa.RecordBatch:
+    """``batch.take(indices)`` for a batch of any column types (see :func:`gather`)."""
+    if all(takes(t) for t in batch.schema.types):
+        return batch.take(indices)
+    idx = indices.to_numpy(zero_copy_only=False).astype(np.int64, copy=False)
+    columns = [col.take(indices) if takes(col.type) else gather(col, idx) for col in batch.columns]
+    return pa.RecordBatch.from_arrays(columns, schema=batch.schema)
+
+
+def _null_mask(arr: pa.Array, idx: np.ndarray | None = None) -> pa.Array | None:
+    """The null mask of ``arr`` (rows ``idx`` of it), or None when it has no nulls."""
+    if not arr.null_count:
+        return None
+    mask = pc.is_null(arr)
+    return mask if idx is None else mask.take(pa.array(idx))
+
+
+def gather(arr: pa.Array, idx: np.ndarray) -> pa.Array:
+    """Rows ``idx`` (int64 positions) of ``arr``, of any type ``take`` lacks a kernel for.
+
+    Raises:
+        SchemaMismatchError: a union whose members ``take`` cannot gather
+            (:func:`check_storable` refuses those before any row is written).
+    """
+    t = arr.type
+    if takes(t):
+        return arr.take(pa.array(idx))
+    if pat.is_string_view(t) or pat.is_binary_view(t):
+        wide = pa.large_string() if pat.is_string_view(t) else pa.large_binary()
+        return arr.cast(wide).take(pa.array(idx)).cast(t)
+    if _is_extension(t):
+        return pa.ExtensionArray.from_storage(t, gather(arr.storage, idx))
+    if pat.is_run_end_encoded(t):
+        return _gather_runs(arr, idx)
+    mask = _null_mask(arr, idx)
+    if pat.is_struct(t):
+        children = [gather(arr.field(i), idx) for i in range(t.num_fields)]
+        return pa.StructArray.from_arrays(children, fields=list(t), mask=mask)
+    if pat.is_fixed_size_list(t):
+        size = t.list_size
+        rows = (idx + arr.offset)[:, None] * size + np.arange(size, dtype=np.int64)
+        values = gather(arr.values, rows.reshape(-1))
+        return pa.FixedSizeListArray.from_arrays(values, type=t, mask=mask)
+    if pat.is_list(t) or pat.is_large_list(t) or pat.is_map(t):
+        offsets = arr.offsets.to_numpy()
+        starts = offsets[:-1][idx]
+        lengths = (offsets[1:] - offsets[:-1])[idx]
+        new_offsets = np.zeros(len(idx) + 1, dtype=offsets.dtype)
+        np.cumsum(lengths, out=new_offsets[1:])
+        rows = np.repeat(starts - new_offsets[:-1], lengths) + np.arange(
+            new_offsets[-1], dtype=offsets.dtype
+        )
+        rows = rows.astype(np.int64, copy=False)
+        if pat.is_map(t):
+            entries = arr.values
+            keys, items = gather(entries.field(0), rows), gather(entries.field(1), rows)
+            return pa.MapArray.from_arrays(pa.array(new_offsets), keys, items, type=t, mask=mask)
+        kind = pa.LargeListArray if pat.is_large_list(t) else pa.ListArray
+        values = gather(arr.values, rows)
+        return kind.from_arrays(pa.array(new_offsets), values, type=t, mask=mask)
+    raise SchemaMismatchError(f"rows of type {t} cannot be gathered")
+
+
+def _gather_runs(arr: pa.Array, idx: np.ndarray) -> pa.Array:
+    """Rows ``idx`` of a run-end encoded array: the runs they fall in, merged where adjacent."""
+    t = arr.type
+    physical = _physical_rows(arr, idx)
+    if len(idx):
+        starts = np.flatnonzero(np.diff(physical)) + 1
+        new_ends = np.append(starts, len(idx))
+        firsts = physical[np.concatenate(([0], starts))]
+    else:
+        new_ends = firsts = np.zeros(0, dtype=np.int64)
+    values = gather(arr.values, firsts.astype(np.int64, copy=False))
+    ends = pa.array(new_ends.astype(t.run_end_type.to_pandas_dtype()), type=t.run_end_type)
+    return pa.RunEndEncodedArray.from_arrays(ends, values, type=t)
+
+
+def decode_dictionary(arr: pa.Array) -> pa.Array:
+    """A dictionary array decoded (``dictionary_decode`` takes, which view values lack)."""
+    values = arr.dictionary
+    t = values.type
+    if takes(t):
+        return arr.dictionary_decode()
+    if not (pat.is_string_view(t) or pat.is_binary_view(t)):
+        raise SchemaMismatchError(f"a dictionary of {t} values cannot be decoded")
+    wide = values.cast(pa.large_string() if pat.is_string_view(t) else pa.large_binary())
+    return pa.DictionaryArray.from_arrays(arr.indices, wide).dictionary_decode().cast(t)
+
+
+def decode_runs(arr: pa.Array) -> pa.Array:
+    """A run-end encoded array decoded (``run_end_decode`` has no kernel for view values)."""
+    return gather(arr.values, _physical_rows(arr, np.arange(len(arr), dtype=np.int64)))
+
+
+def _physical_rows(arr: pa.Array, idx: np.ndarray) -> np.ndarray:
+    """The run of a run-end encoded array that each logical row of ``idx`` falls in."""
+    run_ends: np.ndarray = arr.run_ends.to_numpy()
+    rows: np.ndarray = np.searchsorted(run_ends, idx + arr.offset, side="right")
+    return rows.astype(np.int64, copy=False)
+
+
+def empty_batch(schema: pa.Schema) -> pa.RecordBatch:
+    """A batch of no rows of ``schema`` (``from_pylist`` has no builder for unions)."""
+    return pa.RecordBatch.from_arrays([pa.nulls(0, f.type) for f in schema], schema=schema)
+
+
+# ---------------------------------------------------------------------- plain forms
+
+
+@functools.lru_cache(maxsize=1024)
+def is_plain(t: pa.DataType) -> bool:
+    """True when ``t`` holds no list view, run-end encoding, extension or dictionary type."""
+    if (
+        pat.is_list_view(t)
+        or pat.is_large_list_view(t)
+        or pat.is_run_end_encoded(t)
+        or _is_extension(t)
+        or pat.is_dictionary(t)
+    ):
+        return False
+    return all(is_plain(c) for c in child_types(t))
+
+
+def plain_type(t: pa.DataType) -> pa.DataType:
+    """The type :func:`to_plain` gives arrays of type ``t``."""
+    if is_plain(t):
+        return t
+    if _is_extension(t) or pat.is_dictionary(t) or pat.is_run_end_encoded(t):
+        return plain_type(child_types(t)[0])
+    if pat.is_list_view(t):
+        return pa.list_(t.value_field.with_type(plain_type(t.value_type)))
+    if pat.is_large_list_view(t):
+        return pa.large_list(t.value_field.with_type(plain_type(t.value_type)))
+    return with_child_types(t, [plain_type(c) for c in child_types(t)])
+
+
+def to_plain(arr: pa.Array) -> pa.Array:
+    """``arr`` in its plain form (see the module docstring): the same values, row for row.
+
+    Raises:
+        SchemaMismatchError: a union holding a type without a plain form of the same layout.
+    """
+    t = arr.type
+    if is_plain(t):
+        return arr
+    if _is_extension(t):
+        return to_plain(arr.storage)
+    if pat.is_dictionary(t):
+        return to_plain(decode_dictionary(arr))
+    if pat.is_run_end_encoded(t):
+        return to_plain(decode_runs(arr))
+    mask = _null_mask(arr)
+    if pat.is_list_view(t) or pat.is_large_list_view(t):
+        large = pat.is_large_list_view(t)
+        sizes = pc.list_value_length(arr).fill_null(0).to_numpy()
+        offsets = np.zeros(len(arr) + 1, dtype=np.int64 if large else np.int32)
+        np.cumsum(sizes, out=offsets[1:])
+        values = to_plain(pc.list_flatten(arr))
+        kind = pa.LargeListArray if large else pa.ListArray
+        return kind.from_arrays(pa.array(offsets), values, type=plain_type(t), mask=mask)
+    if pat.is_struct(t):
+        children = [to_plain(arr.field(i)) for i in range(t.num_fields)]
+        fields = [t.field(i).with_type(c.type) for i, c in enumerate(children)]
+        return pa.StructArray.from_arrays(children, fields=fields, mask=mask)
+    if pat.is_fixed_size_list(t):
+        size = t.list_size
+        values = to_plain(arr.values.slice(arr.offset * size, len(arr) * size))
+        return pa.FixedSizeListArray.from_arrays(values, type=plain_type(t), mask=mask)
+    if pat.is_map(t):
+        entries = arr.values
+        keys, items = to_plain(entries.field(0)), to_plain(entries.field(1))
+        return pa.MapArray.from_arrays(arr.offsets, keys, items, type=plain_type(t), mask=mask)
+    if pat.is_list(t) or pat.is_large_list(t):
+        kind = pa.LargeListArray if pat.is_large_list(t) else pa.ListArray
+        values = to_plain(arr.values)
+        return kind.from_arrays(arr.offsets, values, type=plain_type(t), mask=mask)
+    raise SchemaMismatchError(f"type {t} has no plain form")

@@ -1,0 +1,517 @@
+"""Every Arrow type through write -> compact -> read, on every reading surface.
+
+Each type is written as two files of a dataset (hash-partitioned on a row id, a small memory
+budget so that files hold several regions), compacted into one file, and read back with
+``open_file``, ``open_dataset`` (verify on and off), ``open_dataset`` on the local S3
+endpoint, ``arrowshuffle.polars.scan_dataset`` and Spark. The pyarrow readers return every
+column in the type it was written in; polars and Spark get the plain form (see README, Types)
+or a ``SchemaMismatchError`` naming the column, for types they cannot hold.
+"""
+
+from __future__ import annotations
+
+import decimal
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+import pytest
+
+import arrowshuffle as ash
+from arrowshuffle.format.arrow_types import gather, plain_type, take_batch, takes, to_plain
+from arrowshuffle.format.errors import InvalidOptionError, SchemaMismatchError
+
+N = 30
+SUBPARTITIONS = 4
+# Empty, short, inline (<= 12 bytes) and out-of-line (> 12 bytes) view values, non-ASCII too.
+TEXT = [
+    "",
+    "a",
+    None,
+    "naïve café ünïcode",
+    "short",
+    "x" * 40,
+    "日本語のテキストです",
+    "12 bytes !!!",
+]
+
+
+def _text(i: int) -> str | None:
+    return TEXT[i % len(TEXT)]
+
+
+def _blob(i: int) -> bytes | None:
+    value = _text(i)
+    return None if value is None else value.encode()
+
+
+def _ints(i: int) -> list[int | None] | None:
+    return None if i % 5 == 3 else [i, None, 2 * i][: i % 4]
+
+
+def _strings(i: int) -> list[str | None] | None:
+    return None if i % 5 == 3 else [_text(i + j) for j in range(i % 4)]
+
+
+T0 = 1_700_000_000_000_000
+BUILDERS: dict[str, Callable[[], pa.Array]] = {
+    "string_view": lambda: pa.array([_text(i) for i in range(N)], pa.string_view()),
+    "binary_view": lambda: pa.array([_blob(i) for i in range(N)], pa.binary_view()),
+    "list_view": lambda: pa.array([_ints(i) for i in range(N)], pa.list_view(pa.int32())),
+    "large_list_view": lambda: pa.array(
+        [_strings(i) for i in range(N)], pa.large_list_view(pa.string_view())
+    ),
+    "run_end_encoded": lambda: pa.RunEndEncodedArray.from_arrays(
+        pa.array([3, 7, 8, 20, N], pa.int32()),
+        pa.array(["x" * 20, None, "", "é", "tail"], pa.string()),
+    ),
+    "run_end_encoded_view": lambda: pa.RunEndEncodedArray.from_arrays(
+        pa.array([5, 6, N], pa.int16()), pa.array(["y" * 30, None, "z"], pa.string_view())
+    ),
+    "dictionary": lambda: pa.array([_text(i) for i in range(N)]).dictionary_encode(),
+    "dictionary_of_views": lambda: pa.array(
+        [_text(i) for i in range(N)], pa.string_view()
+    ).dictionary_encode(),
+    "dictionary_in_struct": lambda: pa.StructArray.from_arrays(
+        [pa.array([_text(i) for i in range(N)]).dictionary_encode()], names=["d"]
+    ),
+    "extension_uuid": lambda: pa.array(
+        [None if i % 7 == 0 else uuid.UUID(int=i * 7919).bytes for i in range(N)], pa.uuid()
+    ),
+    "extension_json": lambda: pa.array(
+        [None if i % 6 == 0 else f'{{"n": {i}}}' for i in range(N)], pa.json_()
+    ),
+    "struct": lambda: pa.array(
+        [None if i % 6 == 1 else {"a": i, "b": _text(i), "c": {"d": _ints(i)}} for i in range(N)]
+    ),
+    "struct_of_views": lambda: pa.StructArray.from_arrays(
+        [
+            pa.array([_text(i) for i in range(N)], pa.string_view()),
+            pa.array([_ints(i) for i in range(N)], pa.list_view(pa.int64())),
+        ],
+        names=["s", "l"],
+        mask=pa.array([i % 9 == 4 for i in range(N)]),
+    ),
+    "list_of_struct": lambda: pa.array(
+        [None if i % 6 == 1 else [{"a": i, "b": _text(i)}] for i in range(N)]
+    ),
+    "list_of_string_view": lambda: pa.array(
+        [_strings(i) for i in range(N)], pa.list_(pa.string_view())
+    ),
+    "map": lambda: pa.array(
+        [None if i % 6 == 1 else [(f"k{i}", _ints(i)), ("é", None)] for i in range(N)],
+        pa.map_(pa.string(), pa.list_(pa.int64())),
+    ),
+    "map_of_views": lambda: pa.array(
+        [None if i % 6 == 1 else [(f"key-{i}-long-enough", _text(i))] for i in range(N)],
+        pa.map_(pa.string_view(), pa.string_view()),
+    ),
+    "decimal32": lambda: pa.array(
+        [None if i % 4 == 0 else decimal.Decimal(i) / 4 for i in range(N)], pa.decimal32(7, 2)
+    ),
+    "decimal64": lambda: pa.array(
+        [None if i % 4 == 0 else decimal.Decimal(-i) / 8 for i in range(N)], pa.decimal64(15, 3)
+    ),
+    "decimal128": lambda: pa.array(
+        [None if i % 4 == 0 else decimal.Decimal(10**30 + i) for i in range(N)],
+        pa.decimal128(38, 2),
+    ),
+    "decimal256": lambda: pa.array(
+        [None if i % 4 == 0 else decimal.Decimal(10**45 + i) for i in range(N)],
+        pa.decimal256(50, 2),
+    ),
+    "timestamp_tz": lambda: pa.array(
+        [None if i % 5 == 0 else T0 + i * 3_600_000_000 for i in range(N)],
+        pa.timestamp("us", "Europe/Paris"),
+    ),
+    "timestamp_ns_utc": lambda: pa.array(
+        [None if i % 5 == 0 else (T0 + i) * 1000 for i in range(N)], pa.timestamp("ns", "UTC")
+    ),
+    "timestamp_s": lambda: pa.array(
+        [None if i % 5 == 0 else 1_700_000_000 + i for i in range(N)], pa.timestamp("s")
+    ),
+    "duration_s": lambda: pa.array(
+        [None if i % 5 == 0 else i - 10 for i in range(N)], pa.duration("s")
+    ),
+    "duration_ns": lambda: pa.array(
+        [None if i % 5 == 0 else i * 1000 for i in range(N)], pa.duration("ns")
+    ),
+    "large_string": lambda: pa.array([_text(i) for i in range(N)], pa.large_string()),
+    "large_binary": lambda: pa.array([_blob(i) for i in range(N)], pa.large_binary()),
+    "fixed_size_binary": lambda: pa.array(
+        [None if i % 3 == 0 else bytes([i, 255 - i, 0, 7]) for i in range(N)], pa.binary(4)
+    ),
+    "fixed_size_list": lambda: pa.array(
+        [None if i % 3 == 0 else [i, None, 3] for i in range(N)], pa.list_(pa.int16(), 3)
+    ),
+    "null": lambda: pa.nulls(N),
+    "date32": lambda: pa.array([None if i % 5 == 0 else 19_000 + i for i in range(N)], pa.date32()),
+    "time64": lambda: pa.array([None if i % 5 == 0 else i for i in range(N)], pa.time64("us")),
+    "float16": lambda: pa.array(
+        [None if i % 5 == 0 else i / 2 for i in range(N)], pa.float32()
+    ).cast(pa.float16()),
+    "interval": lambda: pa.array(
+        [None if i % 5 == 0 else (i, -i, i * 1000) for i in range(N)],
+        pa.month_day_nano_interval(),
+    ),
+    "dense_union": lambda: pa.UnionArray.from_dense(
+        pa.array([i % 2 for i in range(N)], pa.int8()),
+        pa.array([i // 2 for i in range(N)], pa.int32()),
+        [pa.array(range(N), pa.int64()), pa.array([_text(i) for i in range(N)])],
+        ["n", "s"],
+    ),
+}
+
+#: Types polars cannot hold: the polars reader refuses them.
+POLARS_REFUSES = {"decimal256", "interval", "dense_union"}
+#: Types Spark has no equivalent for: the Spark source refuses them.
+SPARK_REFUSES = {"decimal256", "time64", "interval", "dense_union"}
+#: What the pyarrow readers return when it is not the input type (dictionaries are decoded).
+STORED_AS = {
+    "dictionary": pa.string(),
+    "dictionary_of_views": pa.string_view(),
+    "dictionary_in_struct": pa.struct([("d", pa.string())]),
+}
+
+
+def table_of(name: str) -> pa.Table:
+    return pa.table({"i": pa.array(range(N), pa.int64()), "v": BUILDERS[name]()})
+
+
+def by_row(ids: pa.ChunkedArray | pa.Array, values: pa.ChunkedArray | pa.Array) -> dict[int, Any]:
+    """Values by row id, as Python objects; UUIDs as bytes and maps as lists of pairs."""
+    out = {}
+    for i, v in zip(ids.to_pylist(), values.to_pylist(), strict=True):
+        out[i] = _normal(v)
+    return out
+
+
+def _normal(v: Any) -> Any:
+    if isinstance(v, uuid.UUID):
+        return v.bytes
+    if isinstance(v, dict):
+        return {k: _normal(x) for k, x in v.items()}
+    if isinstance(v, (list, tuple)):
+        return [_normal(x) for x in v]
+    if isinstance(v, np.floating):
+        return float(v)
+    return v
+
+
+def write_and_compact(table: pa.Table, url: str, options: dict[str, Any] | None = None) -> None:
+    half = N // 2
+    for k, part in enumerate((table.slice(0, half), table.slice(half))):
+        ash.write_dataset(
+            part,
+            url,
+            num_subpartitions=SUBPARTITIONS,
+            by="i",
+            memory=600,  # a region every few rows: chunks of one row and empty ones
+            mode="append" if k else "overwrite",
+            storage_options=options,
+        )
+    report = ash.compact(url, storage_options=options)
+    assert report.files_after == 1
+
+
+@pytest.fixture(scope="module")
+def datasets(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+    root = tmp_path_factory.mktemp("types")
+    paths = {}
+    for name in BUILDERS:
+        paths[name] = str(root / name)
+        write_and_compact(table_of(name), paths[name])
+    return paths
+
+
+def expected_type(name: str) -> pa.DataType:
+    return STORED_AS.get(name, BUILDERS[name]().type)
+
+
+@pytest.mark.parametrize("name", list(BUILDERS))
+def test_pyarrow_readers_return_every_type_as_written(datasets: dict[str, str], name: str) -> None:
+    table = table_of(name)
+    want = by_row(table["i"], table["v"])
+    dataset = ash.open_dataset(datasets[name])
+    assert dataset.schema.field("v").type == expected_type(name)
+    for verify in (False, True):
+        got = dataset.read(range(SUBPARTITIONS), verify=verify)
+        assert got.schema.field("v").type == expected_type(name)
+        assert by_row(got["i"], got["v"]) == want
+    (only,) = [f for f in Path(datasets[name]).iterdir() if f.suffix == ".arrow"]
+    whole = ash.open_file(str(only))
+    rows: dict[int, Any] = {}
+    for s in range(SUBPARTITIONS):
+        part = whole.read(s, verify=True)
+        rows.update(by_row(part["i"], part["v"]))
+    assert rows == want
+    # every rule of spec.md, every chunk's CRC32C and every row's subpartition
+    report = ash.validate_dataset(datasets[name], deep=True)
+    assert report.ok, report.to_dict()
+    # Any Arrow reader opens the data file (for view types, a reader that knows them).
+    assert by_row(*pa.ipc.open_file(str(only)).read_all().select(["i", "v"]).columns) == want
+
+
+@pytest.mark.s3
+def test_every_type_on_object_storage(s3_endpoint: Any, s3_bucket: str) -> None:
+    options = s3_endpoint.storage_options()
+    table = pa.table({"i": pa.array(range(N), pa.int64())})
+    for name in BUILDERS:
+        table = table.append_column(name, BUILDERS[name]())
+    url = f"{s3_bucket}/types"
+    write_and_compact(table, url, options)
+    dataset = ash.open_dataset(url, options)
+    for verify in (False, True):
+        got = dataset.read(range(SUBPARTITIONS), verify=verify)
+        for name in BUILDERS:
+            assert got.schema.field(name).type == expected_type(name), name
+            assert by_row(got["i"], got[name]) == by_row(table["i"], table[name]), name
+
+
+@pytest.mark.parametrize("name", list(BUILDERS))
+def test_polars_reads_the_plain_form_or_refuses_by_name(
+    datasets: dict[str, str], name: str
+) -> None:
+    pl = pytest.importorskip("polars")
+    import arrowshuffle.polars as ashpl
+
+    if name in POLARS_REFUSES:
+        with pytest.raises(SchemaMismatchError, match=r"column 'v' has type .*polars cannot"):
+            ashpl.scan_dataset(datasets[name])
+        return
+    frame = ashpl.scan_dataset(datasets[name]).collect()
+    table = table_of(name)
+    want = by_row(table["i"], table["v"])
+    got = {i: _normal(v) for i, v in zip(frame["i"].to_list(), frame["v"].to_list(), strict=True)}
+    if name.startswith("map"):  # polars gives a map as a dict
+        got = {i: None if v is None else [[k, x] for k, x in v.items()] for i, v in got.items()}
+    assert got == want
+    # projection and predicates still apply
+    some = ashpl.scan_dataset(datasets[name]).filter(pl.col("i") < 5).select("v").collect()
+    assert some.height == 5
+
+
+@pytest.mark.spark
+def test_spark_reads_every_type_it_has(spark: Any, tmp_path: Path) -> None:
+    import arrowshuffle.spark as ashspark
+
+    ashspark.register(spark)
+    names = [n for n in BUILDERS if n not in SPARK_REFUSES]
+    table = pa.table({"i": pa.array(range(N), pa.int64())})
+    for name in names:
+        table = table.append_column(name, BUILDERS[name]())
+    path = str(tmp_path / "spark")
+    write_and_compact(table, path)
+    df = spark.read.format("arrowshuffle").load(path)
+    got = df.toArrow()
+    assert got.num_rows == N
+    for name in names:
+        assert by_row(got["i"], got[name]) == by_row(table["i"], table[name]), name
+    # The DataFrame writer stores what Spark hands it (Spark's types) with the same values.
+    again = str(tmp_path / "again")
+    (
+        df.write.format("arrowshuffle")
+        .option("num_subpartitions", SUBPARTITIONS)
+        .option("partition_by", "string_view")
+        .mode("overwrite")
+        .save(again)
+    )
+    back = ash.open_dataset(again).read(range(SUBPARTITIONS))
+    assert back.schema.field("string_view").type == pa.string()
+    for name in names:
+        assert by_row(back["i"], back[name]) == by_row(table["i"], table[name]), name
+
+
+@pytest.mark.spark
+@pytest.mark.parametrize("name", sorted(SPARK_REFUSES))
+def test_spark_refuses_types_it_lacks_by_name(
+    spark: Any, datasets: dict[str, str], name: str
+) -> None:
+    import arrowshuffle.spark as ashspark
+
+    ashspark.register(spark)
+    with pytest.raises(
+        Exception,
+        match=r"SchemaMismatchError: field 'v'.*no Spark|SchemaMismatchError: field 'v'.*38 digits",
+    ):
+        spark.read.format("arrowshuffle").load(datasets[name]).schema  # noqa: B018
+
+
+# ---------------------------------------------------------------------- keys
+
+
+KEY_TYPES = {
+    "string_view": lambda: pa.array([_text(i) for i in range(N)], pa.string_view()),
+    "binary_view": lambda: pa.array([_blob(i) for i in range(N)], pa.binary_view()),
+    "run_end_encoded": BUILDERS["run_end_encoded"],
+    "extension_uuid": BUILDERS["extension_uuid"],
+    "dictionary_of_views": lambda: pa.array(
+        [_text(i) for i in range(N)], pa.string_view()
+    ).dictionary_encode(),
+    "large_string": BUILDERS["large_string"],
+    "decimal32": BUILDERS["decimal32"],
+}
+
+
+@pytest.mark.spark
+def test_hash_keys_of_view_encoded_and_extension_types_partition_like_spark(
+    spark: Any, tmp_path: Path
+) -> None:
+    """Subpartition s holds the rows Spark's repartition(n, k) puts in partition s."""
+    from pyspark.sql import functions as F
+
+    import arrowshuffle.spark as ashspark
+
+    ashspark.register(spark)
+    for name, build in KEY_TYPES.items():
+        table = pa.table({"i": pa.array(range(N), pa.int64()), "k": build()})
+        path = str(tmp_path / name)
+        ash.write_dataset(table, path, num_subpartitions=7, by="k")
+        dataset = ash.open_dataset(path)
+        ours = {}
+        for s in range(7):
+            for i in dataset.read(s)["i"].to_pylist():
+                ours[i] = s
+        df = spark.read.format("arrowshuffle").load(path)
+        theirs = df.repartition(7, "k").select("i", F.spark_partition_id().alias("p")).toArrow()
+        assert dict(zip(theirs["i"].to_pylist(), theirs["p"].to_pylist(), strict=True)) == ours, (
+            name
+        )
+
+
+@pytest.mark.parametrize(
+    ("name", "partitioner"),
+    [
+        ("list_view", "hash"),
+        ("struct_of_views", "hash"),
+        ("map", "key_group"),
+        ("interval", "hash"),
+        ("interval", "range"),
+        ("extension_uuid", "range"),
+        ("dense_union", "range"),
+    ],
+)
+def test_key_columns_of_types_without_a_hash_or_order_are_refused_by_name(
+    tmp_path: Path, name: str, partitioner: str
+) -> None:
+    table = pa.table({"i": pa.array(range(N)), "k": BUILDERS[name]()})
+    with pytest.raises(InvalidOptionError, match=r"key column 'k' has type|sortable key"):
+        ash.write(table, tmp_path / "f.arrow", num_subpartitions=4, partitioner=partitioner, by="k")
+    assert not list(tmp_path.iterdir())
+
+
+@pytest.mark.parametrize("name", ["decimal32", "decimal64", "string_view", "binary_view"])
+def test_range_keys_of_narrow_decimals_and_views(tmp_path: Path, name: str) -> None:
+    table = pa.table({"i": pa.array(range(N)), "k": BUILDERS[name]()})
+    ash.write(table, tmp_path / "f.arrow", num_subpartitions=4, partitioner="range", by="k")
+    assert ash.open_file(tmp_path / "f.arrow").read(range(4)).num_rows == N
+
+
+# ---------------------------------------------------------------------- writers
+
+
+def test_parquet_with_view_types_writes_as_read(tmp_path: Path) -> None:
+    """pyarrow reads Parquet written from view types back as view types."""
+    source = pa.table(
+        {
+            "l_orderkey": pa.array(range(N), pa.int64()),
+            "l_comment": pa.array([_text(i) for i in range(N)], pa.string_view()),
+            "l_shipmode": pa.array([_blob(i) for i in range(N)], pa.binary_view()),
+        }
+    )
+    pq.write_table(source, tmp_path / "lineitem.parquet")
+    table = pq.read_table(tmp_path / "lineitem.parquet")
+    assert table.schema.field("l_comment").type == pa.string_view()
+    ash.write_dataset(table, tmp_path / "ds", num_subpartitions=8, by="l_comment")
+    got = ash.open_dataset(tmp_path / "ds").read(range(8))
+    assert got.schema == table.schema
+    assert by_row(got["l_orderkey"], got["l_comment"]) == by_row(
+        table["l_orderkey"], table["l_comment"]
+    )
+
+
+def test_file_writer_takes_view_batches_with_explicit_ids(tmp_path: Path) -> None:
+    table = table_of("struct_of_views")
+    ids = np.arange(N) % 3
+    with ash.ShuffleFileWriter(tmp_path / "f.arrow", table.schema, 3, memory=500) as writer:
+        for batch in table.to_batches(max_chunksize=7):
+            writer.write(batch, subpartitions=ids[: batch.num_rows])
+    f = ash.open_file(tmp_path / "f.arrow")
+    assert f.schema == table.schema
+    assert f.read(range(3)).num_rows == N
+
+
+def test_polars_frames_write_and_read_back(tmp_path: Path) -> None:
+    pl = pytest.importorskip("polars")
+    import arrowshuffle.polars as ashpl
+
+    frame = pl.DataFrame(
+        {"i": list(range(N)), "s": [_text(i) for i in range(N)], "b": [_blob(i) for i in range(N)]}
+    )
+    ash.write_dataset(frame, tmp_path / "ds", num_subpartitions=4, by="s")
+    back = ashpl.scan_dataset(tmp_path / "ds").sort("i").collect()
+    assert back.equals(frame)
+
+
+def test_sliced_run_end_encoded_beside_a_dictionary_column(tmp_path: Path) -> None:
+    """Decoding the dictionary column leaves the other columns (a cast would lose the slice)."""
+    table = pa.table(
+        {"i": pa.array(range(N)), "r": BUILDERS["run_end_encoded"](), "d": BUILDERS["dictionary"]()}
+    )
+    part = table.slice(N // 2)
+    ash.write(part, tmp_path / "f.arrow", num_subpartitions=3, by="i")
+    got = ash.open_file(tmp_path / "f.arrow").read(range(3))
+    assert by_row(got["i"], got["r"]) == by_row(part["i"], part["r"])
+    assert by_row(got["i"], got["d"]) == by_row(part["i"], part["d"])
+
+
+@pytest.mark.parametrize("name", ["dictionary", "dictionary_of_views"])
+def test_range_keys_of_dictionaries_sample_the_decoded_values(tmp_path: Path, name: str) -> None:
+    table = pa.table({"i": pa.array(range(N)), "k": BUILDERS[name]()})
+    ash.write(table, tmp_path / "f.arrow", num_subpartitions=3, partitioner="range", by="k")
+    assert ash.open_file(tmp_path / "f.arrow").read(range(3)).num_rows == N
+
+
+def test_unions_holding_views_are_refused_by_name(tmp_path: Path) -> None:
+    union = pa.UnionArray.from_sparse(
+        pa.array([0, 1] * (N // 2), pa.int8()),
+        [pa.array(range(N)), pa.array([_text(i) for i in range(N)], pa.string_view())],
+    )
+    table = pa.table({"i": pa.array(range(N)), "u": union})
+    with pytest.raises(SchemaMismatchError, match=r"column 'u' has type sparse_union"):
+        ash.write(table, tmp_path / "f.arrow", num_subpartitions=2)
+
+
+# ---------------------------------------------------------------------- the gather kernel
+
+
+@pytest.mark.parametrize("name", list(BUILDERS))
+@pytest.mark.parametrize("window", [(0, N), (5, 17)])
+def test_gather_and_plain_forms_keep_every_value(name: str, window: tuple[int, int]) -> None:
+    array = BUILDERS[name]().slice(*window)
+    rows = np.random.default_rng(len(name)).integers(0, len(array), 3 * len(array))
+    gathered = gather(array, rows)
+    gathered.validate(full=True)
+    assert gathered.type == array.type
+    assert _normal(gathered.to_pylist()) == [_normal(array[int(r)].as_py()) for r in rows]
+    if name == "dense_union":
+        return
+    plain = to_plain(array)
+    plain.validate(full=True)
+    assert plain.type == plain_type(array.type)
+    assert _normal(plain.to_pylist()) == _normal(array.to_pylist())
+
+
+def test_take_batch_is_take_where_take_works() -> None:
+    table = pa.table({n: BUILDERS[n]() for n in ("struct", "list_view", "decimal128")})
+    batch = table.to_batches()[0]
+    order = pc.array_sort_indices(pa.array(np.arange(N)[::-1] % 4, pa.uint8()))
+    assert all(takes(t) for t in batch.schema.types)
+    assert take_batch(batch, order).equals(batch.take(order))
+    assert not takes(pa.struct([("s", pa.string_view())]))
+    assert takes(pa.list_view(pa.string_view()))  # a list view's take moves offsets only
