@@ -225,8 +225,8 @@ class ArrowShuffleWriter(DataSourceArrowWriter):
         from pyspark.sql.types import StructType
 
         self.schema = writer_arrow_schema(StructType(data_fields))
-        check_spark_partitioner(options)
         partitioner = build_partitioner(options, self.schema)
+        check_spark_partitioner(options)
         self.partitioner_spec = dataset_partitioner_spec(options, self.schema)
         if partitioner is not None and partitioner.broadcast and self.id_column is not None:
             raise InvalidOptionError(
