@@ -263,3 +263,28 @@ def test_range_boundaries_as_json_give_every_task_the_manifest_spec(
     dataset = ash.open_dataset(tmp_path / "ds")
     assert dataset.manifest.partitioner["boundaries"] == bounds
     assert [dataset.read(s).num_rows for s in range(N)] == [20, 20, 20, 20]
+
+
+@pytest.mark.parametrize(
+    ("partitioner", "extra", "message"),
+    [
+        ("forward", {}, "partition 4 needs num_subpartitions above 4, found 4"),
+        ("rescale", {"num_producers": 4}, "num_producers is 4, but Spark partition 4"),
+    ],
+)
+def test_a_spark_task_that_cannot_be_a_producer_fails_with_the_reason(
+    partitioner: str, extra: dict[str, Any], message: str, tmp_path: Path
+) -> None:
+    from pyspark.sql.datasource import CaseInsensitiveDict
+    from pyspark.sql.types import IntegerType, StructField, StructType
+
+    from arrowshuffle.spark.datasource import ArrowShuffleDataSource
+
+    struct = StructType([StructField("v", IntegerType())])
+    options = {"path": str(tmp_path / "ds"), "num_subpartitions": str(N)}
+    options.update(partitioner=partitioner, partitioner_options=json.dumps(extra))
+    writer = ArrowShuffleDataSource(CaseInsensitiveDict(options)).writer(struct, overwrite=True)
+    batch = pa.record_batch([pa.array([1, 2], pa.int32())], names=["v"])
+    assert writer.write_task(iter([batch]), N - 1, "a0").written is not None
+    with pytest.raises(InvalidOptionError, match=message):
+        writer.write_task(iter([batch]), N, "a0")
