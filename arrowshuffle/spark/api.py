@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from arrowshuffle.format.errors import InvalidOptionError, import_optional
+from arrowshuffle.format.partitioners.base import check_num_subpartitions
 from arrowshuffle.format.partitioners.range_partitioner import (
     boundaries_from_sample,
     default_sample_size,
@@ -111,11 +112,15 @@ def range_boundaries(
         the ``boundaries`` partitioner option takes (and the spec records).
 
     Raises:
-        InvalidOptionError: ``df`` has no such column, or its type cannot be range partitioned.
+        InvalidOptionError: ``df`` is not a DataFrame or has no such column, its type cannot be
+            range partitioned, or ``num_subpartitions`` is not a positive integer.
     """
     F = import_optional("pyspark.sql.functions", "spark", "arrowshuffle.spark")
     from arrowshuffle.spark.types import writer_arrow_schema
 
+    if not hasattr(df, "sparkSession") or not hasattr(df, "select"):
+        raise InvalidOptionError(f"expected a Spark DataFrame, found {type(df).__name__}")
+    num_subpartitions = check_num_subpartitions(num_subpartitions)
     if column not in df.columns:
         raise InvalidOptionError(
             f"range partitioning by {column!r}, which the DataFrame does not have; its columns "
