@@ -271,7 +271,7 @@ def compact(
                 [job.before.files[i] for i in group.files],
                 name=new_file_name(group.index, job_id=job_id),
                 num_subpartitions=job.before.num_subpartitions,
-                partitioner=dataset_spec(job.before.partitioner),
+                partitioner=job.before.partitioner,
                 memory=job.memory,
                 progress=progress,
             )
