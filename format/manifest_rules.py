@@ -16,6 +16,7 @@ import pyarrow as pa
 from arrowshuffle.format.errors import SchemaMismatchError
 from arrowshuffle.format.index import IndexHeader, ShuffleIndex
 from arrowshuffle.format.manifest import Manifest, ManifestFile
+from arrowshuffle.format.partitioners.registry import dataset_spec
 from arrowshuffle.format.rule_registry import Violation, implements
 
 
@@ -55,6 +56,10 @@ def check_file_agrees(
 ) -> list[Violation]:
     """M6: a file has the dataset's schema, subpartition count and partitioner spec.
 
+    Partitioner specs are compared without the fields that name one producer
+    (:func:`~arrowshuffle.format.partitioners.dataset_spec`): files of ``forward`` and
+    ``rescale`` producers differ there and nowhere else.
+
     Args:
         name: the file, for messages.
         expected: the manifest's ``(schema, num_subpartitions, partitioner)``.
@@ -85,10 +90,12 @@ def check_file_agrees(
         )
     # A different partitioner (say, another hash seed) puts rows in other subpartitions than
     # the manifest promises: a reader that pruned by it would silently miss rows.
-    if dict(file_partitioner) != dict(partitioner):
+    if dataset_spec(file_partitioner) != dataset_spec(partitioner):
         out.append(
             Violation(
-                "M6", f"{name} has partitioner {dict(file_partitioner)}, the manifest {partitioner}"
+                "M6",
+                f"{name} has partitioner {dict(file_partitioner)}, the manifest "
+                f"{dict(partitioner)}",
             )
         )
     return out

@@ -48,7 +48,8 @@ MANIFEST_RULES: dict[str, str] = {
     "M3": "file names stay inside the dataset directory and each index is named <data file>.idx",
     "M4": "every listed data and index file is present with its listed size",
     "M5": "each index's trailer checksum equals the listed index checksum",
-    "M6": "every file has the manifest's schema, subpartition count and partitioner",
+    "M6": "every file has the manifest's schema, subpartition count and partitioner "
+    "(per-producer fields aside)",
     "M7": "each file's rows, regions and data length equal what its index declares",
     "M8": "every file is listed once",
     "M9": "the per-subpartition totals, when listed, are the sums over the files' indexes",

@@ -16,7 +16,9 @@ import pytest
 import arrowshuffle
 from arrowshuffle.format.errors import FormatError
 from arrowshuffle.format.manifest import decode_manifest, encode_manifest
+from arrowshuffle.format.manifest_rules import check_file_agrees
 from arrowshuffle.format.naming import MANIFEST_NAME
+from arrowshuffle.format.partitioners import dataset_spec, is_recomputable
 from arrowshuffle.writers.api import write_dataset
 
 
@@ -47,3 +49,55 @@ def test_validation_reports_the_same_rule(reseeded: Path) -> None:
     assert not report.ok
     rules = [v.rule for _, v in report.all_violations]
     assert rules == ["M6"]
+
+
+def test_m6_compares_specs_without_the_producer_fields() -> None:
+    schema = pa.schema([("v", pa.int64())])
+    forward = {"name": "forward", "num_subpartitions": 4}
+    for i in range(4):  # every producer's file agrees with the manifest
+        found = (schema, 4, dict(forward, producer_index=i))
+        assert check_file_agrees("f", (schema, 4, forward), found) == []
+    rescale = {"name": "rescale", "num_producers": 3, "num_subpartitions": 4}
+    mine = dict(rescale, producer_index=2, targets=[2, 4])
+    assert check_file_agrees("f", (schema, 4, rescale), (schema, 4, mine)) == []
+    # Fields every producer shares are still compared.
+    other = dict(mine, num_producers=2)
+    (violation,) = check_file_agrees("f", (schema, 4, rescale), (schema, 4, other))
+    assert violation.rule == "M6" and "'num_producers': 2" in violation.message
+    seeded = {"name": "hash", "columns": ["k"], "seed": 42, "num_subpartitions": 4}
+    (violation,) = check_file_agrees("f", (schema, 4, seeded), (schema, 4, dict(seeded, seed=7)))
+    assert violation.rule == "M6"
+
+
+def test_dataset_spec_drops_only_producer_fields() -> None:
+    assert dataset_spec({"name": "forward", "producer_index": 1, "num_subpartitions": 4}) == {
+        "name": "forward",
+        "num_subpartitions": 4,
+    }
+    hashed = {"name": "hash", "columns": ["k"], "seed": 42, "num_subpartitions": 4}
+    assert dataset_spec(hashed) == hashed
+    unknown = {"name": "future", "producer_index": 1}
+    assert dataset_spec(unknown) == unknown
+    # A forward file that merges producers names none: its rows are not checked one by one.
+    assert is_recomputable({"name": "forward", "producer_index": 1, "num_subpartitions": 4})
+    assert not is_recomputable({"name": "forward", "num_subpartitions": 4})
+
+
+def test_a_python_forward_dataset_of_several_producers_validates(tmp_path: Path) -> None:
+    directory = tmp_path / "ds"
+    table = pa.table({"v": pa.array(range(30), pa.int64())})
+    for i in range(3):
+        mode = "overwrite" if i == 0 else "append"
+        write_dataset(
+            table,
+            directory,
+            num_subpartitions=4,
+            partitioner="forward",
+            producer_index=i,
+            mode=mode,
+        )
+    manifest = decode_manifest((directory / MANIFEST_NAME).read_bytes())
+    assert manifest.partitioner == {"name": "forward", "num_subpartitions": 4}
+    assert arrowshuffle.validate_dataset(directory, deep=True).ok
+    dataset = arrowshuffle.open_dataset(directory)
+    assert [dataset.read(s).num_rows for s in range(4)] == [30, 30, 30, 0]

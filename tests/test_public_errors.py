@@ -540,6 +540,13 @@ CASES = [
         "pyspark",
     ),
     Case("spark.local_session", "config=1", lambda w: _spark().local_session(config=1), Invalid),
+    Case(
+        "spark.range_boundaries",
+        "None frame",
+        lambda w: _spark().range_boundaries(None, "k", 4),
+        Invalid,
+        "pyspark",
+    ),
 ]
 
 

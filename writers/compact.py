@@ -18,9 +18,10 @@ so a consumer then makes one read per output region instead of one per input fil
   beyond the budget).
 * **Broadcast stays broadcast.** Broadcast input regions are merged into broadcast output
   regions (one chunk each), after the group's regular regions.
-* **Same partitioner.** Every file of a dataset carries the manifest's partitioner spec (rule
-  M6), so a merged file carries it too. Per-producer specs (``forward``, ``rescale``) hold for
-  the union of their files because a dataset only holds files of one spec.
+* **Same partitioner.** Every file of a dataset carries the manifest's partitioner spec, up to
+  the fields that name one producer (rule M6), and a merged file carries the manifest's spec,
+  which has none of them: a merged ``forward`` or ``rescale`` file may hold several producers'
+  rows, so it names none (and its rows are not checked one by one, V19).
 * **Atomic commit.** The new files are written under fresh names first, then the manifest is
   replaced atomically (after checking that it is still the one compaction started from), and
   only then are the replaced files removed. Killed at any point before the manifest write, the
@@ -41,6 +42,7 @@ from arrowshuffle.format.manifest import Manifest, ManifestFile, encode_manifest
 from arrowshuffle.format.manifest_rules import check_file_counts
 from arrowshuffle.format.naming import new_file_name, new_job_id
 from arrowshuffle.format.notation import parse_bytes
+from arrowshuffle.format.partitioners import dataset_spec
 from arrowshuffle.readers.storage import Location, resolve
 from arrowshuffle.writers.dataset_writer import (
     abort_dataset,
@@ -177,7 +179,7 @@ def commit_compaction(
         manifest = Manifest(
             schema=before.schema,
             num_subpartitions=before.num_subpartitions,
-            partitioner=dict(before.partitioner),
+            partitioner=dataset_spec(before.partitioner),
             files=tuple(files),
             properties=dict(before.properties),
             # Merging moves chunks between files but never changes a subpartition's totals.

@@ -47,6 +47,7 @@ from arrowshuffle.format.naming import (
     is_part_name,
     temp_target,
 )
+from arrowshuffle.format.partitioners import dataset_spec
 from arrowshuffle.readers.manifest_io import load_manifest
 from arrowshuffle.readers.storage import Location, resolve, storage_errors
 from arrowshuffle.writers.file_writer import WrittenFile
@@ -137,7 +138,8 @@ def commit_dataset(
         written: the files this job wrote (all already closed, directly inside ``directory``).
         schema: the dataset's Arrow schema.
         num_subpartitions: the subpartition count of every file.
-        partitioner: the partitioner spec of every file.
+        partitioner: the partitioner spec of the files; the manifest records it without the
+            fields that name one producer (:func:`~arrowshuffle.format.partitioners.dataset_spec`).
         mode: ``overwrite`` replaces the dataset (its old files are deleted once the new
             manifest is in place), ``append`` adds to it (same schema, subpartition count and
             partitioner required), ``error`` refuses an existing dataset, ``ignore`` keeps an
@@ -177,7 +179,7 @@ def commit_dataset(
         manifest = Manifest(
             schema=schema,
             num_subpartitions=num_subpartitions,
-            partitioner=partitioner,
+            partitioner=dataset_spec(partitioner),
             files=kept + tuple(new_files),
             properties=dict(properties or {}),
             sizes=_totals(written, num_subpartitions, previous if kept else None),
@@ -301,7 +303,7 @@ def check_append(
             f"cannot append to {url}: it has {previous.num_subpartitions} subpartitions, "
             f"the new data {num_subpartitions}"
         )
-    if previous.partitioner != partitioner:
+    if dataset_spec(previous.partitioner) != dataset_spec(partitioner):
         raise InvalidOptionError(
             f"cannot append to {url}: its partitioner is {previous.partitioner}, "
             f"the new data's {partitioner}"

@@ -50,6 +50,7 @@ from arrowshuffle.format.manifest_rules import (
 )
 from arrowshuffle.format.naming import INDEX_SUFFIX
 from arrowshuffle.format.notation import parse_bytes
+from arrowshuffle.format.partitioners import dataset_spec
 from arrowshuffle.readers.file_reader import ShuffleFile
 from arrowshuffle.readers.proof import check_run
 from arrowshuffle.readers.source import ByteSource
@@ -308,7 +309,8 @@ def merge_group(
         files: the manifest entries of the inputs, in manifest order.
         name: the new data file's name inside ``directory``.
         num_subpartitions: the dataset's subpartition count.
-        partitioner: the dataset's partitioner spec (every input must carry it, rule M6).
+        partitioner: the dataset's partitioner spec (every input must carry it, rule M6); the
+            new file carries it without per-producer fields.
         memory: bytes of input regions held at once (see the module documentation).
         progress: called with a line after each output region and at publication.
 
@@ -320,6 +322,8 @@ def merge_group(
         ChecksumMismatchError: an input chunk's bytes do not match their CRC32C.
     """
     budget = parse_bytes(memory, name="memory")
+    # The merged file may hold several producers' rows: it names none of them.
+    partitioner = dataset_spec(partitioner)
     inputs = _open_inputs(directory, files, num_subpartitions, partitioner)
     schema = inputs[0].file.schema if inputs else None
     if schema is None:

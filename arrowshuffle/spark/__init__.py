@@ -20,7 +20,14 @@ subpartitions in the JVM; :func:`read` is the reader with keyword options.
 
 from __future__ import annotations
 
-from arrowshuffle.spark.api import FORMAT_NAME, SUBPARTITION_COLUMN, read, register, write
+from arrowshuffle.spark.api import (
+    FORMAT_NAME,
+    SUBPARTITION_COLUMN,
+    range_boundaries,
+    read,
+    register,
+    write,
+)
 from arrowshuffle.spark.compact import compact
 from arrowshuffle.spark.session import (
     SparkUnavailableError,
@@ -37,6 +44,7 @@ __all__ = [
     "compact",
     "java_available",
     "local_session",
+    "range_boundaries",
     "read",
     "register",
     "write",

@@ -8,6 +8,12 @@ from collections.abc import Sequence
 from typing import Any
 
 from arrowshuffle.format.errors import InvalidOptionError, import_optional
+from arrowshuffle.format.partitioners.base import check_num_subpartitions
+from arrowshuffle.format.partitioners.range_partitioner import (
+    boundaries_from_sample,
+    default_sample_size,
+    encode_boundaries,
+)
 from arrowshuffle.readers.dataset import ShuffleDataset, open_dataset
 from arrowshuffle.readers.integrity import Verify, resolve_verify
 from arrowshuffle.spark.options import DEFAULT_PARTITIONING, FORMAT_NAME
@@ -18,7 +24,14 @@ SPARK_SEED = 42
 #: The column :func:`write` adds to carry the JVM-computed subpartition; never stored.
 SUBPARTITION_COLUMN = "__arrowshuffle_subpartition__"
 
-__all__ = ["FORMAT_NAME", "SUBPARTITION_COLUMN", "read", "register", "write"]
+__all__ = [
+    "FORMAT_NAME",
+    "SUBPARTITION_COLUMN",
+    "range_boundaries",
+    "read",
+    "register",
+    "write",
+]
 
 
 def register(spark: Any) -> None:
@@ -73,6 +86,96 @@ def _columns(partition_by: str | Sequence[str] | None) -> list[str]:
     return list(partition_by)
 
 
+def range_boundaries(
+    df: Any,
+    column: str,
+    num_subpartitions: int,
+    *,
+    sample_size: int | None = None,
+    seed: int = 0,
+) -> list[Any]:
+    """Range boundaries for ``df``'s ``column``, drawn on the driver from a sample.
+
+    Spark samples about three times ``sample_size`` keys (as its own ``RangePartitioner``
+    oversamples), the driver cuts the sample down to ``sample_size`` and splits it into
+    ``num_subpartitions`` equal parts. Two Spark jobs: a count and the sample.
+
+    Args:
+        df: the Spark DataFrame.
+        column: the key column.
+        num_subpartitions: how many ranges.
+        sample_size: how many keys to keep (default 100 per subpartition, 10 000 .. 1 000 000).
+        seed: the seed of the sample.
+
+    Returns:
+        At most ``num_subpartitions - 1`` strictly ascending boundaries, as the JSON values
+        the ``boundaries`` partitioner option takes (and the spec records).
+
+    Raises:
+        InvalidOptionError: ``df`` is not a DataFrame or has no such column, its type cannot be
+            range partitioned, or ``num_subpartitions`` is not a positive integer.
+    """
+    F = import_optional("pyspark.sql.functions", "spark", "arrowshuffle.spark")
+    from arrowshuffle.spark.types import writer_arrow_schema
+
+    if not hasattr(df, "sparkSession") or not hasattr(df, "select"):
+        raise InvalidOptionError(f"expected a Spark DataFrame, found {type(df).__name__}")
+    num_subpartitions = check_num_subpartitions(num_subpartitions)
+    if column not in df.columns:
+        raise InvalidOptionError(
+            f"range partitioning by {column!r}, which the DataFrame does not have; its columns "
+            f"are {df.columns}"
+        )
+    keys = df.select(F.col(_quoted(column)))
+    key_type = writer_arrow_schema(keys.schema).field(0).type
+    size = sample_size if sample_size is not None else default_sample_size(num_subpartitions)
+    total = keys.count()
+    if total == 0:
+        return []
+    # Oversampled so that a Bernoulli sample rarely falls short of ``size``.
+    fraction = min(1.0, 3.0 * size / total)
+    sample = keys.sample(withReplacement=False, fraction=fraction, seed=seed).toArrow()
+    values = sample.column(0).combine_chunks().cast(key_type)
+    bounds = boundaries_from_sample(values, num_subpartitions, sample_size=size, seed=seed)
+    return encode_boundaries(bounds)
+
+
+def _num_partitions(df: Any) -> int | None:
+    """How many Spark partitions (producers) write ``df``, if the session can say."""
+    try:
+        return int(df.rdd.getNumPartitions())
+    except Exception:  # Spark Connect has no RDDs
+        return None
+
+
+def _producer_options(
+    df: Any, name: str | None, num_subpartitions: int, given: dict[str, Any]
+) -> dict[str, Any]:
+    """The partitioner options for ``forward``/``rescale``, checked against ``df`` up front.
+
+    Raises:
+        InvalidOptionError: ``forward`` with more Spark partitions than subpartitions;
+            ``rescale`` when the number of partitions is unknown and not given.
+    """
+    if name not in ("forward", "rescale") or "producer_index" in given:
+        return given
+    producers = _num_partitions(df)
+    if name == "forward" and producers is not None and producers > num_subpartitions:
+        raise InvalidOptionError(
+            f"the forward partitioner writes Spark partition i to subpartition i; the "
+            f"DataFrame has {producers} partitions, num_subpartitions is {num_subpartitions}: "
+            f"repartition it to at most {num_subpartitions}, or use the rescale partitioner"
+        )
+    if name == "rescale" and "num_producers" not in given:
+        if producers is None:
+            raise InvalidOptionError(
+                "the rescale partitioner needs partitioner_options num_producers (the "
+                "DataFrame's number of partitions), which this session cannot tell"
+            )
+        return {**given, "num_producers": producers}
+    return given
+
+
 def write(
     df: Any,
     path: str | os.PathLike[str],
@@ -96,7 +199,12 @@ def write(
         path: the dataset directory, local or any fsspec URL.
         num_subpartitions: how many subpartitions every file is split into.
         partition_by: the key column(s), a list or ``"k1,k2"``.
-        partitioner: the partitioner name (``hash`` when ``partition_by`` is given).
+        partitioner: the partitioner name (``hash`` when ``partition_by`` is given). Every
+            Spark partition of ``df`` is one producer: ``forward`` writes partition ``i`` to
+            subpartition ``i`` (at most ``num_subpartitions`` partitions), ``rescale`` takes
+            the number of partitions as ``num_producers``, and ``range`` draws its boundaries
+            once, on the driver, from a sample (:func:`range_boundaries`), unless
+            ``partitioner_options`` gives ``boundaries``.
         mode: ``overwrite``, ``append``, ``error`` (refuse an existing dataset) or ``ignore``
             (keep an existing dataset, write nothing). ``error`` and ``ignore`` check before
             the job starts, so two concurrent writers may still both write.
@@ -129,6 +237,13 @@ def write(
                 f"dataset {target} already exists; use mode 'overwrite' or 'append'"
             )
     settings: dict[str, Any] = {"num_subpartitions": num_subpartitions, **options}
+    given = dict(options.get("partitioner_options") or {})
+    chosen = _producer_options(df, name, num_subpartitions, given)
+    if name == "range" and len(by) == 1 and "boundaries" not in chosen and "sample" not in chosen:
+        sampling = {k: chosen.pop(k) for k in ("sample_size", "seed") if k in chosen}
+        chosen["boundaries"] = range_boundaries(df, by[0], num_subpartitions, **sampling)
+    if chosen:
+        settings["partitioner_options"] = chosen
     if by:
         settings["partition_by"] = ",".join(by)
     if name is not None:

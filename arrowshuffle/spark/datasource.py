@@ -80,19 +80,24 @@ class ShuffleCommitMessage(WriterCommitMessage):
     written: WrittenFile | None
 
 
-#: Partitioners whose output depends on which producer (Spark task) writes the file.
+#: Partitioners whose output depends on which producer (Spark task) writes the file: each
+#: Spark partition is one producer, its partition number the ``producer_index``.
 PER_PRODUCER = ("forward", "rescale")
-#: Spec fields that differ from file to file for those partitioners.
-PER_PRODUCER_FIELDS = ("producer_index", "targets")
 
 
 def build_partitioner(
-    options: WriteOptions, *, producer_index: int | None = None
+    options: WriteOptions, schema: pa.Schema, *, producer_index: int | None = None
 ) -> Partitioner | None:
     """The partitioner named by the options (None for ids given by ``subpartition_column``).
 
     ``forward`` and ``rescale`` take the Spark task's partition number as ``producer_index``
-    unless ``partitioner_options`` sets it.
+    unless ``partitioner_options`` sets it. ``range`` boundaries (or a sample) given as JSON
+    values are read as the key column's type of ``schema``, so that every task and the
+    manifest record the same spec.
+
+    Raises:
+        InvalidOptionError: bad partitioner options, or a Spark partition that cannot be a
+            producer of a ``forward`` or ``rescale`` dataset with these options.
     """
     if options.partitioner is None:
         return None
@@ -101,24 +106,83 @@ def build_partitioner(
     kwargs = dict(options.partitioner_options)
     if options.partition_by:
         kwargs["by"] = list(options.partition_by)
-    if options.partitioner in PER_PRODUCER and producer_index is not None:
-        kwargs.setdefault("producer_index", producer_index)
+    if options.partitioner == "range":
+        kwargs = _typed_range_options(kwargs, schema)
+    per_producer = options.partitioner in PER_PRODUCER and "producer_index" not in kwargs
+    if per_producer and producer_index is not None:
+        _check_producer(options, producer_index)
+        kwargs["producer_index"] = producer_index
     partitioner: Partitioner = make_partitioner(
         options.partitioner, num_subpartitions=options.num_subpartitions, **kwargs
     )
     return partitioner
 
 
-def dataset_partitioner_spec(options: WriteOptions) -> dict[str, Any]:
+def _typed_range_options(kwargs: dict[str, Any], schema: pa.Schema) -> dict[str, Any]:
+    """``boundaries`` and ``sample`` as Arrow arrays of the key column's type."""
+    from arrowshuffle.format.partitioners.range_partitioner import decode_boundaries
+
+    by = kwargs.get("by")
+    key = by[0] if isinstance(by, list) and len(by) == 1 else None
+    if key is None or key not in schema.names:
+        return kwargs  # make_partitioner names what is wrong with ``by``
+    typed = dict(kwargs)
+    for name in ("boundaries", "sample"):
+        if isinstance(kwargs.get(name), list):
+            typed[name] = decode_boundaries(kwargs[name], schema.field(key).type)
+    return typed
+
+
+def _check_producer(options: WriteOptions, partition: int) -> None:
+    """Refuse a Spark partition that cannot be a producer under these options."""
+    n = options.num_subpartitions
+    if options.partitioner == "forward" and partition >= n:
+        raise InvalidOptionError(
+            f"the forward partitioner writes Spark partition i to subpartition i; partition "
+            f"{partition} needs num_subpartitions above {partition}, found {n}: repartition "
+            f"the DataFrame to at most {n} partitions, or use the rescale partitioner"
+        )
+    producers = options.partitioner_options.get("num_producers")
+    if options.partitioner == "rescale" and isinstance(producers, int) and partition >= producers:
+        raise InvalidOptionError(
+            f"the rescale partitioner's num_producers is {producers}, but Spark partition "
+            f"{partition} writes too: set partitioner_options num_producers to the DataFrame's "
+            "number of partitions (df.rdd.getNumPartitions(); arrowshuffle.spark.write sets it)"
+        )
+
+
+def check_spark_partitioner(options: WriteOptions) -> None:
+    """Refuse, before any task runs, a partitioner whose tasks could not agree on a spec.
+
+    Raises:
+        InvalidOptionError: ``range`` without ``boundaries`` (or a ``sample``), which every
+            task would otherwise draw from its own rows; ``rescale`` without
+            ``num_producers``, which every task needs to find its subpartitions.
+    """
+    given = options.partitioner_options
+    if options.partitioner == "range" and "boundaries" not in given and "sample" not in given:
+        raise InvalidOptionError(
+            "the range partitioner needs boundaries that every Spark task shares: give "
+            'partitioner_options {"boundaries": [...]} (arrowshuffle.spark.range_boundaries('
+            "df, column, num_subpartitions) draws them from a sample), or write with "
+            "arrowshuffle.spark.write, which samples the DataFrame"
+        )
+    if options.partitioner == "rescale" and not {"num_producers", "producer_index"} & set(given):
+        raise InvalidOptionError(
+            'the rescale partitioner needs partitioner_options {"num_producers": P}, P the '
+            "DataFrame's number of partitions (df.rdd.getNumPartitions()), each Spark partition "
+            "being one producer; arrowshuffle.spark.write sets it"
+        )
+
+
+def dataset_partitioner_spec(options: WriteOptions, schema: pa.Schema) -> dict[str, Any]:
     """The partitioner spec the manifest records (per-producer fields left to each index)."""
-    partitioner = build_partitioner(options)
+    from arrowshuffle.format.partitioners import dataset_spec
+
+    partitioner = build_partitioner(options, schema)
     if partitioner is None:
         return {"name": "explicit"}
-    spec = dict(partitioner.spec())
-    if options.partitioner in PER_PRODUCER and "producer_index" not in options.partitioner_options:
-        for key in PER_PRODUCER_FIELDS:
-            spec.pop(key, None)
-    return spec
+    return dataset_spec(partitioner.spec())
 
 
 def _task_identity() -> tuple[int, str]:
@@ -161,8 +225,9 @@ class ArrowShuffleWriter(DataSourceArrowWriter):
         from pyspark.sql.types import StructType
 
         self.schema = writer_arrow_schema(StructType(data_fields))
-        partitioner = build_partitioner(options)
-        self.partitioner_spec = dataset_partitioner_spec(options)
+        partitioner = build_partitioner(options, self.schema)
+        check_spark_partitioner(options)
+        self.partitioner_spec = dataset_partitioner_spec(options, self.schema)
         if partitioner is not None and partitioner.broadcast and self.id_column is not None:
             raise InvalidOptionError(
                 f"the {options.partitioner} partitioner sends every row to every subpartition: "
@@ -199,7 +264,7 @@ class ArrowShuffleWriter(DataSourceArrowWriter):
         name = new_file_name(partition, attempt, job_id=self.job_id)
         url = self._directory().child(name).url
         # With a subpartition column the partitioner only names itself in the index.
-        partitioner = build_partitioner(self.options, producer_index=partition)
+        partitioner = build_partitioner(self.options, self.schema, producer_index=partition)
         writer: ShuffleFileWriter | None = None
         try:
             for batch in iterator:

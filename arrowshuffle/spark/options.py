@@ -14,6 +14,14 @@ Writer options:
     (a column that already holds each row's subpartition; it is not stored),
     ``storage_options``.
 
+    Each Spark partition is one producer, so some partitioners need ``partitioner_options``
+    that every task shares (checked before any task runs): ``range`` needs ``boundaries``
+    (JSON values of the key's type, as the spec stores them; or a ``sample``), which
+    :func:`arrowshuffle.spark.range_boundaries` draws on the driver; ``rescale`` needs
+    ``num_producers``, the DataFrame's number of partitions. ``forward`` writes Spark partition
+    ``i`` to subpartition ``i``: a task whose partition is not below ``num_subpartitions``
+    fails. :func:`arrowshuffle.spark.write` fills in all three from the DataFrame.
+
 Reader options:
     ``path``; ``partitioning``, how the read is cut into Spark partitions:
 

@@ -35,6 +35,8 @@ from arrowshuffle.format.partitioners.range_partitioner import (
 )
 from arrowshuffle.format.partitioners.registry import (
     PARTITIONER_NAMES,
+    PER_PRODUCER_FIELDS,
+    dataset_spec,
     is_recomputable,
     make_partitioner,
     partitioner_from_spec,
@@ -52,6 +54,7 @@ from arrowshuffle.format.partitioners.selectors import (
 
 __all__ = [
     "PARTITIONER_NAMES",
+    "PER_PRODUCER_FIELDS",
     "BroadcastPartitioner",
     "ColumnPartitioner",
     "ForwardPartitioner",
@@ -64,6 +67,7 @@ __all__ = [
     "RescalePartitioner",
     "RoundRobinPartitioner",
     "boundaries_from_sample",
+    "dataset_spec",
     "is_recomputable",
     "key_group_range",
     "make_partitioner",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any, Protocol
 
 import numpy as np
@@ -58,6 +59,11 @@ PARTITIONERS: dict[str, PartitionerClass] = {
 }
 #: Every name :func:`make_partitioner` takes.
 PARTITIONER_NAMES: tuple[str, ...] = tuple(PARTITIONERS)
+#: Spec fields that name one producer (``forward``'s and ``rescale``'s ``producer_index``):
+#: each file records its own, the manifest none (:func:`dataset_spec`).
+PER_PRODUCER_FIELDS: dict[str, tuple[str, ...]] = {
+    name: tuple(getattr(cls, "PER_PRODUCER", ())) for name, cls in PARTITIONERS.items()
+}
 
 
 def _lookup(name: object) -> PartitionerClass:
@@ -122,10 +128,35 @@ def partitioner_from_spec(spec: dict[str, Any], num_subpartitions: int) -> Parti
     return cls.from_spec(spec, n)
 
 
-def is_recomputable(spec: dict[str, Any]) -> bool:
-    """Whether rows' subpartitions follow from the spec and the rows alone."""
+def dataset_spec(spec: Mapping[str, Any]) -> dict[str, Any]:
+    """The part of a file's spec that every file of its dataset shares.
+
+    ``spec`` without the fields that name the producer which wrote the file (``forward``'s
+    ``producer_index``; ``rescale``'s ``producer_index`` and ``targets``): files of different
+    producers of one dataset differ only there. A manifest records this spec, and rule M6
+    compares it. Other specs, and specs of names this version does not know, are returned
+    whole.
+
+    Example:
+        >>> dataset_spec({"name": "forward", "producer_index": 3, "num_subpartitions": 8})
+        {'name': 'forward', 'num_subpartitions': 8}
+    """
     name = spec.get("name")
-    return name != EXPLICIT and _lookup(name).RECOMPUTABLE
+    fields = PER_PRODUCER_FIELDS.get(name, ()) if isinstance(name, str) else ()
+    return {k: v for k, v in spec.items() if k not in fields}
+
+
+def is_recomputable(spec: dict[str, Any]) -> bool:
+    """Whether rows' subpartitions follow from the spec and the rows alone.
+
+    A spec without the fields of one producer (a compacted ``forward`` file merges several
+    producers' rows) does not say where a row goes.
+    """
+    name = spec.get("name")
+    if name == EXPLICIT:
+        return False
+    cls = _lookup(name)
+    return cls.RECOMPUTABLE and all(k in spec for k in PER_PRODUCER_FIELDS[cls.name])
 
 
 def recompute_subpartitions(

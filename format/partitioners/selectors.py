@@ -141,6 +141,7 @@ class RescalePartitioner:
     OPTIONS: ClassVar[tuple[str, ...]] = ("producer_index", "num_producers")
     REQUIRED: ClassVar[tuple[str, ...]] = ()
     RECOMPUTABLE: ClassVar[bool] = False
+    PER_PRODUCER: ClassVar[tuple[str, ...]] = ("producer_index", "targets")
     broadcast = False
 
     def __init__(
@@ -234,6 +235,7 @@ class ForwardPartitioner:
     OPTIONS: ClassVar[tuple[str, ...]] = ("producer_index",)
     REQUIRED: ClassVar[tuple[str, ...]] = ()
     RECOMPUTABLE: ClassVar[bool] = True
+    PER_PRODUCER: ClassVar[tuple[str, ...]] = ("producer_index",)
     broadcast = False
 
     def __init__(self, num_subpartitions: int, *, producer_index: int = 0) -> None:
