@@ -221,6 +221,7 @@ def test_range_boundaries_as_json_give_every_task_the_manifest_spec(
     spark_type: str, keys: list[Any], tmp_path: Path
 ) -> None:
     """Boundaries in the spec's JSON encoding are read as the key's type (no JVM needed)."""
+    pytest.importorskip("pyspark", reason="the Spark data source needs arrowshuffle[spark]")
     from pyspark.sql.datasource import CaseInsensitiveDict
     from pyspark.sql.pandas.types import to_arrow_schema
     from pyspark.sql.types import (
@@ -275,6 +276,7 @@ def test_range_boundaries_as_json_give_every_task_the_manifest_spec(
 def test_a_spark_task_that_cannot_be_a_producer_fails_with_the_reason(
     partitioner: str, extra: dict[str, Any], message: str, tmp_path: Path
 ) -> None:
+    pytest.importorskip("pyspark", reason="the Spark data source needs arrowshuffle[spark]")
     from pyspark.sql.datasource import CaseInsensitiveDict
     from pyspark.sql.types import IntegerType, StructField, StructType
 
