@@ -21,9 +21,10 @@ import pyarrow as pa
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from index_edits import reencode
 
 import arrowshuffle as ash
-from arrowshuffle.format.index import ENTRY_DTYPE, decode_index, encode_index
+from arrowshuffle.format.index import ENTRY_DTYPE, decode_index
 from arrowshuffle.readers.validate import validate_file
 
 VECTORS = Path(__file__).parent / "vectors" / "v1"
@@ -159,15 +160,7 @@ def rewrite(base: Path, out: Path, m: dict[str, Any]) -> bool:
     regions = original.meta.regions.copy()
     entries = np.array(original.entries, dtype=ENTRY_DTYPE, copy=True)
     mutate(regions, entries, m)
-    raw = encode_index(
-        schema=original.schema,
-        partitioner=original.meta.partitioner,
-        file_id=original.header.file_id,
-        data_length=original.header.data_length,
-        regions=regions,
-        entries=entries,
-        compression=original.header.compression,
-    )
+    raw = reencode(original, regions=regions, entries=entries)
     Path(f"{out}.idx").write_bytes(raw)
     return meaning_changed(original, decode_index(raw))
 

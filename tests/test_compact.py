@@ -22,6 +22,7 @@ from dataset_factory import SCHEMA, canonical, make_batch
 from dataset_factory import write_dataset as write_test_dataset
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from index_edits import reencode
 
 import arrowshuffle
 from arrowshuffle.cli import main
@@ -402,7 +403,7 @@ def test_a_chunk_whose_bytes_are_not_its_messages_is_refused_as_v17(tmp_path):
     import dataclasses
 
     from arrowshuffle.format.crc import crc32c
-    from arrowshuffle.format.index import ENTRY_DTYPE, decode_index, encode_index, index_checksum
+    from arrowshuffle.format.index import ENTRY_DTYPE, decode_index, index_checksum
     from arrowshuffle.format.manifest import encode_manifest
 
     url = str(tmp_path / "ds")
@@ -420,15 +421,7 @@ def test_a_chunk_whose_bytes_are_not_its_messages_is_refused_as_v17(tmp_path):
     data_path.write_bytes(bytes(data))
     length = int(entries[s, r]["length"])
     entries[s, r]["crc32c"] = crc32c(bytes(data[offset : offset + length]))
-    raw = encode_index(
-        schema=index.schema,
-        partitioner=index.meta.partitioner,
-        file_id=index.header.file_id,
-        data_length=index.header.data_length,
-        regions=index.meta.regions,
-        entries=entries,
-        compression=index.header.compression,
-    )
+    raw = reencode(index, entries=entries)
     index_path.write_bytes(raw)
     listed = dataclasses.replace(victim, index_crc32c=index_checksum(raw))
     manifest = dataclasses.replace(manifest, files=(listed, *manifest.files[1:]))

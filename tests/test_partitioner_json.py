@@ -9,12 +9,13 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from index_edits import reencode
 from test_validate import load_generator, write_pair
 
 import arrowshuffle
 from arrowshuffle.cli import main
 from arrowshuffle.format.errors import CorruptFileError
-from arrowshuffle.format.index import decode_index, encode_index, encode_partitioner
+from arrowshuffle.format.index import decode_index, encode_partitioner
 from arrowshuffle.readers.validate import validate_file
 
 gen = load_generator()
@@ -39,17 +40,7 @@ def with_partitioner_section(path: Path, raw: bytes) -> None:
     index = decode_index(memoryview(index_path.read_bytes()))
     filler = {"name": "explicit", "p": ""}
     filler["p"] = "x" * (len(raw) - len(encode_partitioner(filler)))
-    buf = bytearray(
-        encode_index(
-            schema=index.schema,
-            partitioner=filler,
-            file_id=index.header.file_id,
-            data_length=index.header.data_length,
-            regions=index.meta.regions,
-            entries=index.entries,
-            compression=index.header.compression,
-        )
-    )
+    buf = bytearray(reencode(index, partitioner=filler))
     at = gen.Sections.of(buf).header_size + gen.pad8(gen.u32(buf, gen.SCHEMA_LENGTH_AT))
     assert gen.u32(buf, gen.PARTITIONER_LENGTH_AT) == len(raw)
     buf[at : at + len(raw)] = raw

@@ -13,11 +13,12 @@ import fsspec
 import numpy as np
 import pyarrow as pa
 import pytest
+from index_edits import reencode
 
 import arrowshuffle
 from arrowshuffle.cli import main
 from arrowshuffle.format.errors import CorruptFileError
-from arrowshuffle.format.index import decode_index, encode_index, index_checksum
+from arrowshuffle.format.index import decode_index, index_checksum
 from arrowshuffle.format.manifest import Manifest, ManifestFile, encode_manifest
 from arrowshuffle.format.naming import MANIFEST_NAME
 from arrowshuffle.readers.scheduler import ReadOptions
@@ -49,15 +50,7 @@ def drop_region(path: Path, which: int) -> None:
     index = decode_index(memoryview(index_path.read_bytes()))
     keep = np.delete(np.arange(index.num_regions), which)
     index_path.write_bytes(
-        encode_index(
-            schema=index.schema,
-            partitioner=index.meta.partitioner,
-            file_id=index.header.file_id,
-            data_length=index.header.data_length,
-            regions=index.meta.regions[keep],
-            entries=index.entries[:, keep],
-            compression=index.header.compression,
-        )
+        reencode(index, regions=index.meta.regions[keep], entries=index.entries[:, keep])
     )
 
 

@@ -579,32 +579,28 @@ def rows_moved_between_chunks(buf: bytearray) -> bytes:
     return bytes(refix(buf))
 
 
-def drop_last_region(buf: bytearray) -> bytes:
-    """Re-encode the index without its last region: the data file holds batches it omits."""
+def _without_regions(buf: bytearray, keep: slice) -> bytes:
+    """Re-encode the index keeping only the regions ``keep`` selects (checksums valid)."""
     index = codec.decode_index(bytes(buf))
     return codec.encode_index(
         schema=index.schema,
         partitioner=index.meta.partitioner,
         file_id=index.header.file_id,
         data_length=index.header.data_length,
-        regions=index.meta.regions[:-1],
-        entries=index.entries[:, :-1],
+        regions=index.meta.regions[keep],
+        entries=index.entries[:, keep],
         compression=index.header.compression,
     )
+
+
+def drop_last_region(buf: bytearray) -> bytes:
+    """Re-encode the index without its last region: the data file holds batches it omits."""
+    return _without_regions(buf, slice(None, -1))
 
 
 def drop_first_region(buf: bytearray) -> bytes:
     """Re-encode the index without its first region (and that region's rows)."""
-    index = codec.decode_index(bytes(buf))
-    return codec.encode_index(
-        schema=index.schema,
-        partitioner=index.meta.partitioner,
-        file_id=index.header.file_id,
-        data_length=index.header.data_length,
-        regions=index.meta.regions[1:],
-        entries=index.entries[:, 1:],
-        compression=index.header.compression,
-    )
+    return _without_regions(buf, slice(1, None))
 
 
 def footer_repeats_first_batch(buf: bytearray) -> bytes:
