@@ -43,9 +43,11 @@ def check_data_file(
 
     def ends() -> tuple[bytes, bytes]:
         # Enough of each end for V21 too: the schema message's and the footer's lengths.
-        head, tail = data.read_ranges([(0, min(16, size)), (max(0, size - 10), size)])
-        fetched.extend((head.to_pybytes()[8:], tail.to_pybytes()[:4]))
-        return head.to_pybytes()[: len(ARROW_MAGIC)], tail.to_pybytes()[-len(ARROW_MAGIC) :]
+        (first, stop), (back, forth) = SCHEMA_PREFIX, FOOTER_LENGTH_FROM_END
+        head, tail = data.read_ranges([(0, min(stop, size)), (max(0, size - back), size)])
+        head_bytes, tail_bytes = head.to_pybytes(), tail.to_pybytes()
+        fetched.extend((head_bytes[first:], tail_bytes[: back - forth]))
+        return head_bytes[: len(ARROW_MAGIC)], tail_bytes[-len(ARROW_MAGIC) :]
 
     footer, found = check_arrow_file(
         header.data_length, size, ends, lambda: pa.ipc.open_file(_random_access(data))
