@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import importlib
 from types import ModuleType
+from typing import Any
 
 
 class ArrowShuffleError(Exception):
@@ -55,6 +56,31 @@ class ShuffleIOError(ArrowShuffleError, OSError):
 
 class MissingObjectError(ShuffleIOError, FileNotFoundError):
     """A file or object that should exist and does not."""
+
+
+class CommitConflictError(ArrowShuffleError):
+    """A dataset commit that another job's commit made impossible (nothing was committed).
+
+    Raised when an overwrite (or a first write) finds that the dataset moved on from the
+    version it started from, or when a compaction finds some of its input files replaced.
+    The job's own new files are removed; the dataset stays as the other job left it.
+
+    Attributes:
+        expected: the version the job started from (None: no dataset yet).
+        found: the version in force when the job tried to commit.
+    """
+
+    def __init__(self, message: str, *, expected: int | None = None, found: int | None = None):
+        super().__init__(message)
+        self.expected = expected
+        self.found = found
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return _rebuild_conflict, (str(self), self.expected, self.found)
+
+
+def _rebuild_conflict(message: str, expected: int | None, found: int | None) -> CommitConflictError:
+    return CommitConflictError(message, expected=expected, found=found)
 
 
 class MissingExtraError(ArrowShuffleError, ImportError):

@@ -27,8 +27,11 @@ from arrowshuffle.format.naming import INDEX_SUFFIX
 from arrowshuffle.format.rule_registry import implements
 
 MANIFEST_KIND = "arrowshuffle-dataset"
-#: 1.1 added the optional per-subpartition totals; readers of 1.0 ignore them.
-MANIFEST_VERSION_MINOR = 1
+#: 1.1 added the optional per-subpartition totals, 1.2 numbered versions (``version``,
+#: ``commit_id``, ``operation``); readers of earlier minor versions ignore both.
+MANIFEST_VERSION_MINOR = 2
+#: The longest commit id or operation name a manifest may carry (M1).
+MAX_COMMIT_TEXT = 256
 #: A manifest larger than this is refused before it is parsed.
 MAX_MANIFEST_BYTES = 256 * 1024 * 1024
 #: Arrays and objects nested deeper than this are refused before parsing (M1): written
@@ -85,6 +88,13 @@ class Manifest:
     #: Bytes and rows of every subpartition summed over the files (a broadcast chunk counted
     #: for each subpartition), when the writer recorded them (format 1.1); read plans use them.
     sizes: SubpartitionTotals | None = None
+    #: The manifest version (1.2): the number of the commit that wrote it, 0 for a manifest
+    #: written before versions were numbered (section 8.1).
+    version: int = 0
+    #: A random id of the commit that wrote it (1.2), so a committer can recognize its own.
+    commit_id: str = ""
+    #: What that commit did (1.2): ``write``, ``append``, ``overwrite``, ``compact``, ...
+    operation: str = ""
 
     @property
     def total_rows(self) -> int:
@@ -116,6 +126,12 @@ def encode_manifest(manifest: Manifest) -> bytes:
             for f in manifest.files
         ],
     }
+    if manifest.version:
+        doc["version"] = manifest.version
+    if manifest.commit_id:
+        doc["commit_id"] = manifest.commit_id
+    if manifest.operation:
+        doc["operation"] = manifest.operation
     if manifest.sizes is not None:
         doc["subpartitions"] = {
             "bytes": list(manifest.sizes.bytes),
@@ -405,6 +421,8 @@ def decode_manifest(data: bytes) -> Manifest:
     files = _decode_files(_require(doc, "files", list, "header"))
     if "format_version_minor" in doc:
         _require_int(doc, "format_version_minor", 0, _I64_MAX, "header")
+    version = _require_int(doc, "version", 0, _I64_MAX, "header") if "version" in doc else 0
+    commit_id, operation = (_optional_text(doc, key) for key in ("commit_id", "operation"))
     return Manifest(
         schema=schema,
         num_subpartitions=num_subpartitions,
@@ -412,7 +430,43 @@ def decode_manifest(data: bytes) -> Manifest:
         files=files,
         properties={str(k): str(v) for k, v in properties.items()},
         sizes=_decode_sizes(doc.get("subpartitions"), num_subpartitions),
+        version=version,
+        commit_id=commit_id,
+        operation=operation,
     )
+
+
+def _optional_text(doc: dict[str, Any], key: str) -> str:
+    """An optional short string of the header (``commit_id``, ``operation``), else M1."""
+    if key not in doc:
+        return ""
+    value = _require(doc, key, str, "header")
+    if len(value) > MAX_COMMIT_TEXT:
+        raise CorruptFileError(
+            f"manifest header: expected '{key}' of at most {MAX_COMMIT_TEXT} characters, found "
+            f"{len(value)}",
+            rule="M1",
+        )
+    return str(value)
+
+
+@implements("M10")
+def check_version_number(named: int, manifest: Manifest) -> None:
+    """M10: a version file holds the manifest version its name gives.
+
+    Args:
+        named: the number in the file's name (``_arrowshuffle_versions/<named>.json``).
+        manifest: the decoded manifest it holds.
+
+    Raises:
+        CorruptFileError: (M10) naming both numbers.
+    """
+    if manifest.version != named:
+        raise CorruptFileError(
+            f"manifest version file {named} holds version {manifest.version}; expected the "
+            "version its name gives (a file copied or renamed by hand?)",
+            rule="M10",
+        )
 
 
 def _decode_sizes(value: Any, num_subpartitions: int) -> SubpartitionTotals | None:

@@ -7,7 +7,7 @@ reader and compaction raise the first one for the files they open.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -18,6 +18,28 @@ from arrowshuffle.format.index import IndexHeader, ShuffleIndex
 from arrowshuffle.format.manifest import Manifest, ManifestFile
 from arrowshuffle.format.partitioners.registry import dataset_spec
 from arrowshuffle.format.rule_registry import Violation, implements
+
+
+@implements("M11")
+def check_version_sequence(versions: Sequence[int]) -> Violation | None:
+    """M11: the versions a dataset directory holds are consecutive, ending at the current one.
+
+    Vacuum removes expired versions oldest first, so the retained ones are always a run; a gap
+    means a version file was removed by hand (or lost), and a reader of that version fails.
+
+    Args:
+        versions: the version numbers found, in any order.
+    """
+    ordered = sorted(versions)
+    missing = sorted(set(range(ordered[0], ordered[-1] + 1)) - set(ordered)) if ordered else []
+    if not missing:
+        return None
+    shown = ", ".join(str(v) for v in missing[:10]) + (" ..." if len(missing) > 10 else "")
+    return Violation(
+        "M11",
+        f"manifest versions {ordered[0]} to {ordered[-1]} are retained but {shown} "
+        f"{'is' if len(missing) == 1 else 'are'} missing; expected consecutive versions",
+    )
 
 
 @implements("M4")

@@ -16,6 +16,7 @@ __all__ = [
     "INDEX_SUFFIX",
     "MANIFEST_NAME",
     "PART_PREFIX",
+    "VERSIONS_DIR",
     "check_job_id",
     "index_name",
     "is_part_name",
@@ -23,6 +24,8 @@ __all__ = [
     "new_job_id",
     "temp_name",
     "temp_target",
+    "version_from_name",
+    "version_name",
 ]
 
 #: The suffix of a data file a dataset writer names (any name works for a single file).
@@ -31,10 +34,26 @@ DATA_SUFFIX = ".arrow"
 INDEX_SUFFIX = ".idx"
 #: The manifest of a dataset directory, written last.
 MANIFEST_NAME = "_arrowshuffle_manifest.json"
+#: The directory of a dataset's manifest versions, one file per commit (spec section 8.1).
+VERSIONS_DIR = "_arrowshuffle_versions"
 #: Every data file a dataset writer names starts with this.
 PART_PREFIX = "part-"
 
 _TEMP = re.compile(r"^\.(?P<target>.+)\.[0-9a-f]{32}\.tmp$")
+#: Digits of a version file's number: zero-padded, so names sort as their numbers do.
+_VERSION_DIGITS = 20
+_VERSION = re.compile(rf"^(?P<number>[0-9]{{{_VERSION_DIGITS}}})\.json$")
+
+
+def version_name(version: int) -> str:
+    """The name of manifest version ``version`` inside :data:`VERSIONS_DIR`."""
+    return f"{version:0{_VERSION_DIGITS}d}.json"
+
+
+def version_from_name(name: str) -> int | None:
+    """The version a file of :data:`VERSIONS_DIR` holds by its name, or None for other names."""
+    match = _VERSION.match(name)
+    return None if match is None else int(match.group("number"))
 
 
 def index_name(data_name: str) -> str:

@@ -53,6 +53,8 @@ MANIFEST_RULES: dict[str, str] = {
     "M7": "each file's rows, regions and data length equal what its index declares",
     "M8": "every file is listed once",
     "M9": "the per-subpartition totals, when listed, are the sums over the files' indexes",
+    "M10": "a manifest version file holds the version its name gives",
+    "M11": "the retained manifest versions are consecutive",
 }
 
 #: ``rule id -> the function that implements it``, filled by :func:`implements`.

@@ -6,10 +6,11 @@ Readers and writers share this module so that a path means the same thing everyw
 from __future__ import annotations
 
 import contextlib
+import datetime
 import errno
 import os
 import posixpath
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal, NoReturn
 
@@ -239,6 +240,18 @@ def _http_status(exc: BaseException) -> int | None:
     return None
 
 
+def is_precondition_failed(exc: BaseException) -> bool:
+    """True when a conditional write was refused because its condition failed (HTTP 412).
+
+    s3fs raises ``FileExistsError`` for a failed ``If-None-Match``; a store that does not name
+    the condition still answers 412 ``PreconditionFailed``.
+    """
+    if isinstance(exc, FileExistsError):
+        return True
+    status, code = _response_status(exc)
+    return status == 412 or code == "PreconditionFailed" or _http_status(exc) == 412
+
+
 def _kind_of_status(status: int | None, code: str | None) -> ErrorKind | None:
     if code in _MISSING_CODES or status == 404:
         return "missing"
@@ -328,6 +341,50 @@ def read_bytes(location: Location, start: int | None = None, end: int | None = N
     with storage_errors(location.url, "reading"):
         data = location.fs.cat_file(location.path, start=start, end=end)
     return bytes(data)
+
+
+def list_directory(directory: Location) -> dict[str, Mapping[str, Any]]:
+    """The objects directly inside ``directory`` by name, with their listing details.
+
+    A listing cache (s3fs keeps one) is dropped first: a cached listing may predate a commit.
+    A directory that does not exist lists as empty.
+    """
+    directory.fs.invalidate_cache(directory.path)
+    with storage_errors(directory.url, "listing"):
+        try:
+            entries = directory.fs.ls(directory.path, detail=True)
+        except FileNotFoundError:
+            return {}
+    return {
+        posixpath.basename(str(e["name"]).rstrip("/")): e
+        for e in entries
+        if e.get("type") != "directory"
+    }
+
+
+def modification_time(entry: Mapping[str, Any]) -> float | None:
+    """Seconds since the epoch at which an fsspec listing entry was last modified.
+
+    Local file systems give ``mtime`` (seconds), S3 ``LastModified`` (a datetime); other file
+    systems use ``last_modified``, ``updated`` or ``mtime`` as a datetime or an ISO string.
+    None when the entry carries no time.
+    """
+    for key in ("mtime", "LastModified", "last_modified", "updated", "created"):
+        value = entry.get(key)
+        if value is None or isinstance(value, bool):
+            continue
+        if isinstance(value, (int, float)):
+            return float(value)
+        if isinstance(value, str):
+            try:
+                value = datetime.datetime.fromisoformat(value.replace("Z", "+00:00"))
+            except ValueError:
+                continue
+        if isinstance(value, datetime.datetime):
+            if value.tzinfo is None:  # naive times from object stores are UTC
+                value = value.replace(tzinfo=datetime.timezone.utc)
+            return value.timestamp()
+    return None
 
 
 def raise_naming(exc: FormatError, url: str) -> NoReturn:

@@ -18,7 +18,13 @@ from arrowshuffle.format.errors import InvalidOptionError, SchemaMismatchError
 from arrowshuffle.format.manifest import Manifest
 from arrowshuffle.format.naming import new_file_name
 from arrowshuffle.format.partitioners import PARTITIONER_NAMES, Partitioner, make_partitioner
-from arrowshuffle.writers.dataset_writer import commit_dataset, prepare_directory
+from arrowshuffle.writers.dataset_writer import (
+    check_commit,
+    commit_dataset,
+    normalize_mode,
+    prepare_directory,
+    read_manifest,
+)
 from arrowshuffle.writers.file_writer import DEFAULT_MAX_BATCH_ROWS, ShuffleFileWriter, WrittenFile
 from arrowshuffle.writers.memory_pool import MemoryPool
 
@@ -107,8 +113,11 @@ def write_dataset(
 ) -> Manifest:
     """Write ``data`` as one more file of the dataset at ``path`` and commit its manifest.
 
-    The file is written under a fresh name, then the manifest is replaced (``overwrite``) or
-    extended (``append``): readers see the old dataset until that single atomic step.
+    The file is written under a fresh name, then the dataset's next manifest version is
+    created, replacing (``overwrite``) or extending (``append``) the dataset: readers see the
+    old version until that single atomic step. Jobs may commit to one dataset at once: appends
+    all land; an overwrite that another job's commit overtook raises
+    :class:`~arrowshuffle.format.errors.CommitConflictError` and commits nothing.
 
     Args:
         data: anything :func:`write` takes.
@@ -121,8 +130,17 @@ def write_dataset(
 
     Returns:
         The manifest now in force.
+
+    Raises:
+        CommitConflictError: another job committed since this one started (``overwrite``,
+            ``error``).
     """
     directory = prepare_directory(path, storage_options)
+    base = check_commit(directory, mode=mode)
+    if base.version is not None and normalize_mode(mode) == "ignore":
+        existing = read_manifest(directory)
+        if existing is not None:
+            return existing
     location = directory.child(new_file_name(0))
     written = write(
         data,
@@ -138,6 +156,7 @@ def write_dataset(
         num_subpartitions=num_subpartitions,
         partitioner=written.partitioner,
         mode=mode,
+        base=base,
     )
 
 

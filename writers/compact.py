@@ -22,37 +22,35 @@ so a consumer then makes one read per output region instead of one per input fil
   the fields that name one producer (rule M6), and a merged file carries the manifest's spec,
   which has none of them: a merged ``forward`` or ``rescale`` file may hold several producers'
   rows, so it names none (and its rows are not checked one by one, V19).
-* **Atomic commit.** The new files are written under fresh names first, then the manifest is
-  replaced atomically (after checking that it is still the one compaction started from), and
-  only then are the replaced files removed. Killed at any point before the manifest write, the
-  old dataset is untouched (new files are unlisted leftovers that ``vacuum`` removes); after it,
-  the compacted dataset is complete.
+* **Atomic commit, concurrent writers welcome.** The new files are written under fresh names
+  first, then the next manifest version is created (:func:`commit_compaction`): appends that
+  committed meanwhile stay listed (compaction rebases onto them), and a compaction whose inputs
+  another job replaced commits nothing. The replaced files are not removed: readers of earlier
+  versions may still read them, and ``vacuum`` removes them once those versions expire. Killed
+  at any point before the version is created, the dataset is untouched (new files are unlisted
+  leftovers that ``vacuum`` removes); after it, the compacted dataset is complete.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import errno
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from arrowshuffle.format.errors import InvalidOptionError, MissingObjectError
-from arrowshuffle.format.manifest import Manifest, ManifestFile, encode_manifest
+from arrowshuffle.format.errors import CommitConflictError, InvalidOptionError, MissingObjectError
+from arrowshuffle.format.manifest import Manifest, ManifestFile
 from arrowshuffle.format.manifest_rules import check_file_counts
 from arrowshuffle.format.naming import new_file_name, new_job_id
 from arrowshuffle.format.notation import parse_bytes
 from arrowshuffle.format.partitioners import dataset_spec
 from arrowshuffle.readers.storage import Location, resolve
-from arrowshuffle.writers.dataset_writer import (
-    abort_dataset,
-    manifest_entry,
-    read_manifest,
-    write_manifest,
-)
+from arrowshuffle.writers.commit import CommitOutcomeUnknownError, commit_version
+from arrowshuffle.writers.dataset_writer import abort_dataset, manifest_entry, read_manifest
 from arrowshuffle.writers.file_writer import WrittenFile
 from arrowshuffle.writers.merge import DEFAULT_MEMORY, CompactionGroup, Progress, merge_group
-from arrowshuffle.writers.output import remove_quietly
 
 __all__ = [
     "DEFAULT_MEMORY",
@@ -151,57 +149,67 @@ def commit_compaction(
     job_id: str,
     progress: Progress | None = None,
 ) -> Manifest:
-    """Replace the manifest: merged groups by their new file, other files as they were.
+    """Commit the next version: merged groups by their new file, other files as they are.
 
-    The manifest in force must still be ``before`` (byte for byte): a dataset that another job
-    changed meanwhile is left alone and the new files are removed. The replaced files are
-    removed only after the new manifest is in place.
+    When other jobs committed since ``before`` (appends, another compaction), the compaction
+    rebases onto the version in force as long as every file it merged is still listed there:
+    the other jobs' files stay listed, the merged inputs are replaced by their output where
+    the first of them is listed. When some input is no longer listed (an overwrite, or a
+    compaction that merged it first), nothing is committed and the new files are removed.
+    The replaced files stay until vacuum expires the versions that list them, so readers of
+    those versions keep reading.
 
     Raises:
-        InvalidOptionError: the dataset changed since compaction started.
+        CommitConflictError: some merged file is no longer listed by the version in force.
         ShuffleIOError: the manifest could not be written.
     """
     written = list(outputs.values())
-    try:
-        current = read_manifest(directory)
-        if current is None or encode_manifest(current) != encode_manifest(before):
-            raise InvalidOptionError(
-                f"dataset {directory.url} changed while it was compacted (another job committed "
-                "to it); nothing was replaced, run compact again"
+    _check_totals(before, groups, outputs)
+    merged = {
+        group.index: [before.files[i] for i in group.files]
+        for group in groups
+        if group.index in outputs
+    }
+
+    def build(current: Manifest | None) -> Manifest:
+        inputs = [f for files in merged.values() for f in files]
+        listed = set() if current is None else set(current.files)
+        gone = [f.data for f in inputs if f not in listed]
+        if current is None or gone:
+            found = None if current is None else current.version
+            raise CommitConflictError(
+                f"dataset {directory.url} changed while it was compacted: version {found} no "
+                f"longer lists {len(gone) or len(inputs)} of the files merged from version "
+                f"{before.version} (another job replaced them); nothing was replaced, run "
+                "compact again",
+                expected=before.version,
+                found=found,
             )
+        replaced = {f: group for group, files in merged.items() for f in files}
+        firsts = {files[0]: group for group, files in merged.items()}
         files: list[ManifestFile] = []
-        for group in groups:
-            if group.index in outputs:
-                files.append(manifest_entry(directory, outputs[group.index]))
-            else:
-                files.extend(before.files[i] for i in group.files)
-        _check_totals(before, groups, outputs)
-        manifest = Manifest(
-            schema=before.schema,
-            num_subpartitions=before.num_subpartitions,
-            partitioner=dataset_spec(before.partitioner),
+        for f in current.files:
+            if f in firsts:
+                files.append(manifest_entry(directory, outputs[firsts[f]]))
+            elif f not in replaced:
+                files.append(f)
+        return dataclasses.replace(
+            current,
+            partitioner=dataset_spec(current.partitioner),
             files=tuple(files),
-            properties=dict(before.properties),
             # Merging moves chunks between files but never changes a subpartition's totals.
-            sizes=before.sizes,
         )
-        write_manifest(directory, manifest)
+
+    try:
+        manifest = commit_version(directory, build, operation="compact")
+    except CommitOutcomeUnknownError:
+        raise  # a committed version may list the new files: vacuum decides later
     except BaseException:
         abort_dataset(directory, written, job_id=job_id)
         raise
+    assert manifest is not None  # build always returns a manifest
     if progress is not None:
-        progress("committed the manifest")
-    listed = {f.data for f in manifest.files}
-    for group in groups:
-        if group.index not in outputs:
-            continue
-        for i in group.files:
-            name = before.files[i].data
-            if name not in listed:
-                remove_quietly(directory.child(name))
-                remove_quietly(directory.child(before.files[i].index))
-                if progress is not None:
-                    progress(f"removed {name}")
+        progress(f"committed version {manifest.version}")
     return manifest
 
 

@@ -1,26 +1,34 @@
-"""Datasets: shuffle files in one directory, made visible by a manifest written last.
+"""Datasets: shuffle files in one directory, made visible by a manifest version written last.
 
-A dataset is exactly the files its manifest lists. Writers put data/index pairs under names
-that never collide (a task number, a job id and a per-attempt suffix), and only
-:func:`commit_dataset` publishes them, by writing the manifest atomically: a temporary name and
-a rename on local disks, a single PUT on object stores. Files that no manifest lists are
-invisible to readers; :func:`commit_dataset` and :func:`abort_dataset` remove them.
+A dataset is exactly the files its manifest in force lists. Writers put data/index pairs under
+names that never collide (a task number, a job id and a per-attempt suffix), and only
+:func:`commit_dataset` publishes them, by creating the next manifest version
+(:mod:`arrowshuffle.writers.commit`): exclusively, so that of two jobs committing at once
+neither loses its files. Files that no manifest lists are invisible to readers.
 
 Protocol of one job:
 
-1. every task writes its pair under :func:`new_file_name` and reports the
+1. the driver calls :func:`check_commit`: an impossible commit is refused before any file is
+   written, and the returned :class:`~arrowshuffle.writers.commit.Base` records the version the
+   job starts from;
+2. every task writes its pair under :func:`new_file_name` and reports the
    :class:`~arrowshuffle.writers.file_writer.WrittenFile` to the driver;
-2. the driver calls :func:`commit_dataset` with the reports of the successful attempts: the
-   manifest is written last, then files it does not list are removed (all of them on
-   ``overwrite``; on ``append`` only those of this job);
-3. a failed job calls :func:`abort_dataset`: the previous manifest stays, files of the job go.
+3. the driver calls :func:`commit_dataset` with the reports of the successful attempts and the
+   base; leftovers of this job's failed attempts are then removed;
+4. a failed job calls :func:`abort_dataset`: the manifest in force stays, files of the job go.
 
-Two jobs must not commit to one dataset at the same time: the last manifest wins.
+Concurrent commits: appends build on whatever version is in force when they commit (appends
+commute), so every acknowledged append is listed by every later version; an overwrite, or a
+first write, whose base moved while it wrote fails with
+:class:`~arrowshuffle.format.errors.CommitConflictError` and removes its own files. A commit
+never deletes a file that a committed version lists: files an overwrite replaced stay until
+:func:`~arrowshuffle.writers.vacuum.vacuum` expires the versions that list them, so readers of
+those versions keep reading.
 
 The commit API, for every writer of datasets (``write_dataset``, compaction, the Spark source):
-:func:`prepare_directory`, :func:`read_manifest`, :func:`check_commit` (refuse a commit before
-any file is written), :func:`commit_dataset`, :func:`abort_dataset`, and for writers that build
-the manifest themselves (compaction) :func:`manifest_entry` and :func:`write_manifest`.
+:func:`prepare_directory`, :func:`read_manifest`, :func:`check_commit`, :func:`commit_dataset`,
+:func:`abort_dataset`, and for writers that build the manifest themselves (compaction)
+:func:`manifest_entry` with :func:`~arrowshuffle.writers.commit.commit_version`.
 """
 
 from __future__ import annotations
@@ -34,28 +42,29 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from arrowshuffle.format.errors import InvalidOptionError, MissingObjectError, SchemaMismatchError
-from arrowshuffle.format.manifest import (
-    Manifest,
-    ManifestFile,
-    SubpartitionTotals,
-    encode_manifest,
+from arrowshuffle.format.errors import (
+    CommitConflictError,
+    InvalidOptionError,
+    SchemaMismatchError,
 )
-from arrowshuffle.format.naming import (
-    MANIFEST_NAME,
-    check_job_id,
-    is_part_name,
-    temp_target,
-)
+from arrowshuffle.format.manifest import Manifest, ManifestFile, SubpartitionTotals
+from arrowshuffle.format.naming import check_job_id, is_part_name, temp_target
 from arrowshuffle.format.partitioners import dataset_spec
-from arrowshuffle.readers.manifest_io import load_manifest
 from arrowshuffle.readers.storage import Location, resolve, storage_errors
+from arrowshuffle.writers.commit import (
+    Base,
+    CommitOutcomeUnknownError,
+    commit_version,
+    read_current,
+)
+from arrowshuffle.writers.exclusive import check_exclusive_create
 from arrowshuffle.writers.file_writer import WrittenFile
-from arrowshuffle.writers.output import AtomicOutput, remove_quietly
+from arrowshuffle.writers.output import remove_quietly
 
 __all__ = [
     "MODE_ALIASES",
     "SAVE_MODES",
+    "Base",
     "abort_dataset",
     "check_append",
     "check_commit",
@@ -65,7 +74,6 @@ __all__ = [
     "prepare_directory",
     "read_manifest",
     "remove_unlisted",
-    "write_manifest",
 ]
 
 SAVE_MODES = ("overwrite", "append", "error", "ignore")
@@ -83,15 +91,12 @@ def normalize_mode(mode: str) -> str:
 
 
 def read_manifest(directory: Location) -> Manifest | None:
-    """The dataset's current manifest, or None when the directory has none.
+    """The dataset's manifest in force, or None when the directory has none.
 
     Raises:
-        FormatError: the manifest does not decode (see :func:`load_manifest`).
+        FormatError: the manifest does not decode.
     """
-    try:
-        return load_manifest(directory).manifest
-    except MissingObjectError:
-        return None
+    return read_current(directory)
 
 
 def manifest_entry(directory: Location, written: WrittenFile) -> ManifestFile:
@@ -127,11 +132,14 @@ def commit_dataset(
     mode: str = "overwrite",
     properties: dict[str, str] | None = None,
     job_id: str | None = None,
+    base: Base | None = None,
 ) -> Manifest:
-    """Publish written files as the dataset at ``directory`` by writing its manifest last.
+    """Publish written files as the dataset at ``directory`` by creating its next version.
 
     The new files are either published or removed: when the commit is refused or fails, they
-    are deleted and the previous manifest (if any) stays in force.
+    are deleted and the version in force stays (except when the store failed so that whether
+    the commit landed is unknown: then they are kept, see
+    :class:`~arrowshuffle.writers.commit.CommitOutcomeUnknownError`).
 
     Args:
         directory: the dataset directory.
@@ -140,18 +148,24 @@ def commit_dataset(
         num_subpartitions: the subpartition count of every file.
         partitioner: the partitioner spec of the files; the manifest records it without the
             fields that name one producer (:func:`~arrowshuffle.format.partitioners.dataset_spec`).
-        mode: ``overwrite`` replaces the dataset (its old files are deleted once the new
-            manifest is in place), ``append`` adds to it (same schema, subpartition count and
-            partitioner required), ``error`` refuses an existing dataset, ``ignore`` keeps an
-            existing one and drops the new files.
-        properties: free-form string properties stored in the manifest.
-        job_id: the id in the names of this job's files; on ``append`` only unlisted files
-            carrying it are removed (files of other jobs are left alone).
+        mode: ``overwrite`` replaces the dataset (its old files stay until vacuum expires the
+            versions that list them), ``append`` adds to it (same schema, subpartition count
+            and partitioner required), ``error`` refuses an existing dataset, ``ignore`` keeps
+            an existing one and drops the new files.
+        properties: free-form string properties stored in the manifest (an append keeps the
+            dataset's and adds these).
+        job_id: the id in the names of this job's files; leftovers of its failed attempts are
+            removed after the commit (files of other jobs are left alone).
+        base: the version the job started from (:func:`check_commit`): an ``overwrite`` or
+            ``error`` commit fails when another job committed since. Without it, the version
+            in force at commit time is the base.
 
     Returns:
         The manifest now in force.
 
     Raises:
+        CommitConflictError: another job committed since ``base`` (overwrite, error), or kept
+            committing first.
         InvalidOptionError: an unknown mode, an existing dataset with ``error``, or an
             ``append`` to a dataset with another subpartition count or partitioner.
         SchemaMismatchError: an ``append`` of data with another schema.
@@ -161,67 +175,116 @@ def commit_dataset(
     if job_id is not None:
         check_job_id(job_id)
     written = list(written)
-    try:
-        new_files = [manifest_entry(directory, w) for w in written]
-        previous = read_manifest(directory)
-        if previous is not None and mode in ("error", "ignore"):
-            if mode == "ignore":
-                abort_dataset(directory, written, job_id=job_id)
-                return previous
-            raise InvalidOptionError(
-                f"dataset {directory.url} already exists; use mode 'overwrite' or 'append'"
-            )
+
+    def build(current: Manifest | None) -> Manifest | None:
+        if current is not None and mode == "ignore":
+            return None
+        found = Base.of(current).version
+        if base is not None and mode in ("overwrite", "error") and found != base.version:
+            raise _conflict(directory, mode, base.version, found)
+        if current is not None and mode == "error":
+            raise _exists(directory)
         kept: tuple[ManifestFile, ...] = ()
-        if previous is not None and mode == "append":
-            check_append(previous, schema, num_subpartitions, partitioner, directory.url)
-            kept = previous.files
-        _check_unique(kept + tuple(new_files), directory.url)
-        manifest = Manifest(
+        kept_properties: dict[str, str] = {}
+        if current is not None and mode == "append":
+            check_append(current, schema, num_subpartitions, partitioner, directory.url)
+            kept, kept_properties = current.files, current.properties
+        files = kept + tuple(new_files)
+        _check_unique(files, directory.url)
+        return Manifest(
             schema=schema,
             num_subpartitions=num_subpartitions,
             partitioner=dataset_spec(partitioner),
-            files=kept + tuple(new_files),
-            properties=dict(properties or {}),
-            sizes=_totals(written, num_subpartitions, previous if kept else None),
+            files=files,
+            properties={**kept_properties, **(properties or {})},
+            sizes=_totals(written, num_subpartitions, current if kept else None),
         )
-        write_manifest(directory, manifest)
+
+    try:
+        new_files = [manifest_entry(directory, w) for w in written]
+        manifest = commit_version(directory, build, operation=_OPERATIONS[mode])
+    except CommitOutcomeUnknownError:
+        raise  # a committed version may list the files: vacuum decides later
     except BaseException:
         abort_dataset(directory, written, job_id=job_id)
         raise
-    if mode != "append":
-        remove_unlisted(directory, manifest)
-    elif job_id is not None:
+    assert manifest is not None  # build declines to commit only over an existing dataset
+    if not _lists_all(manifest, new_files):
+        # ``ignore`` over an existing dataset: the new files were never published.
+        abort_dataset(directory, written, job_id=job_id)
+        return manifest
+    if job_id is not None:
         # Leftovers of this job's failed or speculative attempts; other jobs' files stay.
         remove_unlisted(directory, manifest, job_id=job_id)
     return manifest
 
 
+#: What each save mode records as the commit's operation.
+_OPERATIONS = {"overwrite": "overwrite", "append": "append", "error": "write", "ignore": "write"}
+
+
+def _lists_all(manifest: Manifest, files: list[ManifestFile]) -> bool:
+    listed = {f.data for f in manifest.files}
+    return all(f.data in listed for f in files)
+
+
+def _conflict(
+    directory: Location, mode: str, expected: int | None, found: int | None
+) -> CommitConflictError:
+    def name(version: int | None) -> str:
+        return "no dataset" if version is None else f"version {version}"
+
+    return CommitConflictError(
+        f"cannot {'overwrite' if mode == 'overwrite' else 'create'} {directory.url}: another "
+        f"job committed to it while this one wrote (expected {name(expected)}, found "
+        f"{name(found)}); nothing was committed and this job's files were removed",
+        expected=expected,
+        found=found,
+    )
+
+
+def _exists(directory: Location) -> InvalidOptionError:
+    return InvalidOptionError(
+        f"dataset {directory.url} already exists; use mode 'overwrite' or 'append'"
+    )
+
+
 def check_commit(
     directory: Location,
     *,
-    schema: pa.Schema,
-    num_subpartitions: int,
-    partitioner: dict[str, Any],
     mode: str,
-) -> None:
+    schema: pa.Schema | None = None,
+    num_subpartitions: int | None = None,
+    partitioner: dict[str, Any] | None = None,
+) -> Base:
     """Refuse now a commit that :func:`commit_dataset` would refuse, before files are written.
 
+    Args:
+        directory: the dataset directory.
+        mode: the save mode.
+        schema: the schema the job will write, when known: an ``append`` of other data is
+            refused now rather than at commit.
+        num_subpartitions: the subpartition count the job will write, when known.
+        partitioner: the partitioner spec the job will write, when known.
+
+    Returns:
+        The version the job starts from, for :func:`commit_dataset`'s ``base``.
+
     Raises:
-        InvalidOptionError: an unknown mode, an existing dataset with ``error``, or an
-            ``append`` to a dataset with another subpartition count or partitioner.
+        InvalidOptionError: an unknown mode, an existing dataset with ``error``, an ``append``
+            to a dataset with another subpartition count or partitioner, or a store where a
+            commit cannot be made safely.
         SchemaMismatchError: an ``append`` of data with another schema.
     """
     mode = normalize_mode(mode)
-    if mode not in ("append", "error"):
-        return
+    check_exclusive_create(directory)
     previous = read_manifest(directory)
-    if previous is None:
-        return
-    if mode == "error":
-        raise InvalidOptionError(
-            f"dataset {directory.url} already exists; use mode 'overwrite' or 'append'"
-        )
-    check_append(previous, schema, num_subpartitions, partitioner, directory.url)
+    if previous is not None:
+        if mode == "error":
+            raise _exists(directory)
+        if mode == "append" and schema is not None and num_subpartitions is not None:
+            check_append(previous, schema, num_subpartitions, partitioner or {}, directory.url)
+    return Base.of(previous)
 
 
 def _totals(
@@ -310,23 +373,6 @@ def check_append(
         )
 
 
-def write_manifest(directory: Location, manifest: Manifest) -> None:
-    """Write the manifest atomically (temporary name and rename, or one PUT)."""
-    location = directory.child(MANIFEST_NAME)
-    payload = encode_manifest(manifest)
-    if location.is_local:
-        out = AtomicOutput(location)
-        try:
-            out.file.write(payload)
-            out.commit()
-        except BaseException:
-            out.discard()
-            raise
-    else:
-        with storage_errors(location.url, "writing"):
-            location.fs.pipe_file(location.path, payload)
-
-
 def _listed_names(manifest: Manifest | None) -> set[str]:
     listed: set[str] = set()
     if manifest is not None:
@@ -335,30 +381,25 @@ def _listed_names(manifest: Manifest | None) -> set[str]:
     return listed
 
 
-def remove_unlisted(
-    directory: Location, manifest: Manifest | None, *, job_id: str | None = None
-) -> None:
-    """Delete data/index files (and stale temporary files) that the manifest does not list.
+def remove_unlisted(directory: Location, manifest: Manifest | None, *, job_id: str) -> None:
+    """Delete the files of job ``job_id`` (and its stale temporaries) the manifest does not list.
 
-    Called after a commit (files of a replaced dataset, of failed or speculative attempts) and
-    by abort. With ``job_id``, only files whose name carries that job id are considered, so
-    files of other jobs stay. Best effort: a file that cannot be removed stays invisible to
-    readers.
+    Called after a commit (leftovers of failed or speculative attempts) and by abort. Only
+    names carrying the job id are considered: files of other jobs, and files of earlier
+    versions that readers may still read, stay. Best effort: a file that cannot be removed
+    stays invisible to readers.
     """
     listed = _listed_names(manifest)
-    marker = f"-{job_id}-" if job_id else ""
+    marker = f"-{check_job_id(job_id)}-"
     with contextlib.suppress(FileNotFoundError, OSError):
         names = [
             posixpath.basename(p.rstrip("/")) for p in directory.fs.ls(directory.path, detail=False)
         ]
         for name in names:
-            if name in listed or name == MANIFEST_NAME or marker not in name:
+            if name in listed or marker not in name:
                 continue
             target = temp_target(name)
-            stale_temp = target is not None and (
-                is_part_name(target) or (not job_id and target == MANIFEST_NAME)
-            )
-            if is_part_name(name) or stale_temp:
+            if is_part_name(name) or (target is not None and is_part_name(target)):
                 remove_quietly(directory.child(name))
 
 

@@ -233,7 +233,8 @@ class ArrowShuffleWriter(DataSourceArrowWriter):
                 f"the {options.partitioner} partitioner sends every row to every subpartition: "
                 "it takes no subpartition_column"
             )
-        check_commit(
+        #: The version this job starts from: an overwrite fails if another job commits first.
+        self.base = check_commit(
             self._directory(),
             schema=self.schema,
             num_subpartitions=options.num_subpartitions,
@@ -313,6 +314,7 @@ class ArrowShuffleWriter(DataSourceArrowWriter):
             mode=self._mode,
             properties={"writer": "spark", "job_id": self.job_id},
             job_id=self.job_id,
+            base=self.base,
         )
 
     def abort(self, messages: list[WriterCommitMessage | None]) -> None:
