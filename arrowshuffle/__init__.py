@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 from arrowshuffle.format.errors import (
     ArrowShuffleError,
     ChecksumMismatchError,
+    CommitConflictError,
     CorruptFileError,
     FormatError,
     InvalidOptionError,
@@ -99,6 +100,7 @@ __all__ = [
     "PARTITIONER_NAMES",
     "ArrowShuffleError",
     "ChecksumMismatchError",
+    "CommitConflictError",
     "CompactionReport",
     "ConsumerAssignment",
     "CorruptFileError",

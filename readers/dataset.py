@@ -81,6 +81,15 @@ class ShuffleDataset(Readable):
         return self.manifest.schema
 
     @property
+    def version(self) -> int:
+        """The manifest version this dataset reads (0: a dataset written before versions).
+
+        A dataset keeps the version it was opened at: later commits are not seen, and the
+        files of this version stay readable until vacuum expires it.
+        """
+        return self.manifest.version
+
+    @property
     def num_subpartitions(self) -> int:
         """The subpartition count of every file."""
         return self.manifest.num_subpartitions
@@ -243,25 +252,37 @@ def open_dataset(
     storage_options: dict[str, Any] | None = None,
     *,
     options: ReadOptions | None = None,
+    version: int | None = None,
 ) -> ShuffleDataset:
-    """Open the dataset at ``path`` (a directory or URL) through its manifest.
+    """Open the dataset at ``path`` (a directory or URL) at its manifest version in force.
 
-    The manifest costs one request; files are opened when a read needs them.
+    Finding the version in force costs one listing of the versions directory and the manifest
+    one read; files are opened when a read needs them. The dataset keeps that version: commits
+    made afterwards are not seen, and its files stay until vacuum expires it.
 
     Args:
         path: the dataset directory: a local path or an fsspec URL.
         storage_options: passed to fsspec (credentials, endpoint, ...).
         options: the default tuning of its reads (``ReadOptions``).
+        version: read this earlier manifest version instead (one read, no listing), as long
+            as vacuum retains it.
 
     Raises:
-        MissingObjectError: the directory has no manifest (nothing was committed there).
+        MissingObjectError: the directory has no manifest (nothing was committed there), or
+            not the version asked for.
         FormatError: the manifest is not valid.
     """
-    return _open_dataset(resolve(path, storage_options), options)
+    if version is not None and (
+        isinstance(version, bool) or not isinstance(version, int) or version < 0
+    ):
+        raise InvalidOptionError(f"version must be an integer >= 0, found {version!r}")
+    return _open_dataset(resolve(path, storage_options), options, version)
 
 
-def _open_dataset(directory: Location, options: ReadOptions | None = None) -> ShuffleDataset:
-    loaded = load_manifest(directory)
+def _open_dataset(
+    directory: Location, options: ReadOptions | None = None, version: int | None = None
+) -> ShuffleDataset:
+    loaded = load_manifest(directory, version=version)
     return ShuffleDataset(directory, loaded.manifest, manifest_stats=loaded.stats, options=options)
 
 
