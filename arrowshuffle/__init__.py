@@ -93,7 +93,8 @@ if not TYPE_CHECKING:  # type checkers see the imports above, and flag unknown n
 
 
 def __dir__() -> list[str]:
-    return sorted({*globals(), *_LAZY})
+    # The public names only: not the submodules (format, readers, ...) or this module's imports.
+    return sorted(__all__)
 
 
 __all__ = [

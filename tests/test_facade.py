@@ -46,6 +46,17 @@ def test_every_public_name_resolves_and_is_listed() -> None:
     for name in arrowshuffle.__all__:
         assert getattr(arrowshuffle, name) is not None, name
     assert set(arrowshuffle.__all__) <= set(dir(arrowshuffle))
+
+
+def test_dir_lists_the_public_names_only() -> None:
+    # Importing submodules and lazy names must not leak into what a user browses.
+    import arrowshuffle.format.naming  # noqa: F401
+
+    arrowshuffle.write_dataset  # noqa: B018
+    names = dir(arrowshuffle)
+    assert names == sorted(arrowshuffle.__all__)
+    for private in ("annotations", "format", "readers", "writers", "importlib", "TYPE_CHECKING"):
+        assert private not in names
     assert arrowshuffle.open_file.__module__ == "arrowshuffle.readers.file_reader"
     assert arrowshuffle.MissingExtraError.__module__ == "arrowshuffle.format.errors"
 
