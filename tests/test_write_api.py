@@ -146,8 +146,17 @@ def test_partitioner_defaults_and_options(tmp_path: Path) -> None:
         write(table, tmp_path / "d.arrow", num_subpartitions=3, partitioner=obj, by="k")
     with pytest.raises(ash.InvalidOptionError, match="unknown partitioner 'nope'"):
         write(table, tmp_path / "d.arrow", num_subpartitions=3, partitioner="nope")
-    with pytest.raises(ash.InvalidOptionError, match="does not take colour"):
+    with pytest.raises(ash.InvalidOptionError, match="unknown option colour; write takes"):
         write(table, tmp_path / "d.arrow", num_subpartitions=3, by="k", colour=1)
+    # A misspelled writer option is named as such, with the closest spelling.
+    with pytest.raises(
+        ash.InvalidOptionError, match=r"unknown option compresion \(did you mean compression\?\)"
+    ):
+        write(table, tmp_path / "d.arrow", num_subpartitions=3, by="k", compresion="zstd")
+    with pytest.raises(
+        ash.InvalidOptionError, match=r"unknown option seeed \(did you mean seed\?\)"
+    ):
+        write(table, tmp_path / "d.arrow", num_subpartitions=3, by="k", seeed=3)
     with pytest.raises(ash.InvalidOptionError, match="takes a pyarrow Table"):
         write([1, 2, 3], tmp_path / "d.arrow", num_subpartitions=3)
     assert not (tmp_path / "d.arrow").exists()

@@ -7,6 +7,7 @@ never materialized: memory stays at the writer's budget plus the batch in hand.
 
 from __future__ import annotations
 
+import difflib
 import os
 from collections.abc import Iterator
 from typing import Any
@@ -18,6 +19,7 @@ from arrowshuffle.format.errors import InvalidOptionError, SchemaMismatchError
 from arrowshuffle.format.manifest import Manifest
 from arrowshuffle.format.naming import new_file_name
 from arrowshuffle.format.partitioners import PARTITIONER_NAMES, Partitioner, make_partitioner
+from arrowshuffle.format.partitioners.registry import PARTITIONERS
 from arrowshuffle.writers.dataset_writer import (
     check_commit,
     commit_dataset,
@@ -201,7 +203,43 @@ def _partitioner(
                     [decode_dictionary(c) for c in sample.chunks], sample.type.value_type
                 )
             options = {**options, "sample": sample}
+    _check_option_names(name, options)
     return make_partitioner(name, num_subpartitions=num_subpartitions, by=by, **options)
+
+
+#: The keyword options of write and write_dataset besides a partitioner's own.
+_WRITE_OPTIONS = (
+    "num_subpartitions",
+    "partitioner",
+    "by",
+    "memory",
+    "compression",
+    "max_batch_rows",
+    "storage_options",
+    "memory_pool",
+    "overwrite",
+    "mode",
+)
+
+
+def _check_option_names(name: str, options: dict[str, Any]) -> None:
+    """Refuse an option neither the writer nor the partitioner takes, suggesting the closest.
+
+    Options the writer does not know are the partitioner's, so a misspelled writer option
+    would otherwise be blamed on the partitioner.
+    """
+    accepted = tuple(PARTITIONERS[name].OPTIONS)
+    unknown = sorted(k for k in options if k not in accepted and k != "sample")
+    if not unknown:
+        return
+    key = unknown[0]
+    close = difflib.get_close_matches(key, _WRITE_OPTIONS + accepted, n=1, cutoff=0.75)
+    hint = f" (did you mean {close[0]}?)" if close else ""
+    takes = ", ".join(accepted) if accepted else "no options"
+    raise InvalidOptionError(
+        f"unknown option {key}{hint}; write takes {', '.join(_WRITE_OPTIONS[:-1])} and the "
+        f"{name} partitioner takes {takes}"
+    )
 
 
 def _open_input(
