@@ -131,11 +131,17 @@ def test_write_after_close_is_refused(tmp_path: Path) -> None:
         writer.flush_region()
 
 
-def test_parent_directories_are_created(tmp_path: Path) -> None:
+def test_a_missing_parent_directory_is_refused_naming_it(tmp_path: Path) -> None:
+    # As open() and pyarrow's file writers: a typo in a path must not create a tree.
     path = tmp_path / "a" / "b" / "part.arrow"
-    with ash.ShuffleFileWriter(str(path), SCHEMA, 1) as writer:
-        writer.write(make_batch(3), subpartitions=np.zeros(3, dtype=np.int64))
-    assert ash.open_file(path).read().num_rows == 3
+    with pytest.raises(ash.MissingObjectError, match=rf"the directory {tmp_path / 'a' / 'b'} does"):
+        ash.ShuffleFileWriter(str(path), SCHEMA, 1)
+    with pytest.raises(ash.MissingObjectError, match="does not exist"):
+        ash.write(make_batch(3), path, num_subpartitions=1)
+    assert listing(tmp_path) == []
+    # A dataset creates its own directory, parents included, as Spark's writers do.
+    manifest = ash.write_dataset(make_batch(3), tmp_path / "x" / "ds", num_subpartitions=1)
+    assert ash.open_dataset(tmp_path / "x" / "ds").read().num_rows == manifest.total_rows == 3
 
 
 def test_existing_files_are_replaced_with_overwrite(tmp_path: Path) -> None:

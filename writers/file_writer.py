@@ -136,7 +136,8 @@ class ShuffleFileWriter:
     is replaced in one step.
 
     Args:
-        path: the data file (local path or fsspec URL); the index is ``path + ".idx"``.
+        path: the data file (local path or fsspec URL); the index is ``path + ".idx"``. A
+            local directory must exist: it is not created (datasets create theirs).
         schema: the Arrow schema of every batch written.
         num_subpartitions: how many subpartitions each region is split into.
         memory: bytes or a string such as ``"256MiB"``. Without ``memory_pool`` it is the sort

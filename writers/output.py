@@ -7,10 +7,12 @@ Every writer (shuffle files, manifests, compaction, the CLI's exports) publishes
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 from collections.abc import Callable
 from typing import IO
 
+from arrowshuffle.format.errors import MissingObjectError
 from arrowshuffle.format.naming import temp_name
 from arrowshuffle.readers.storage import Location, storage_errors
 
@@ -26,10 +28,11 @@ class AtomicOutput:
     def __init__(self, location: Location, *, block_size: int = 8 * 1024 * 1024) -> None:
         self.location = location
         self._temp_path: str | None = None
+        if location.is_local:
+            check_parent_exists(location)
         with storage_errors(location.url, "creating"):
             if location.is_local:
                 directory, name = os.path.split(location.path)
-                os.makedirs(directory or ".", exist_ok=True)
                 self._temp_path = os.path.join(directory, temp_name(name))
                 self.file: IO[bytes] = open(self._temp_path, "wb", buffering=block_size)  # noqa: SIM115
             else:
@@ -75,6 +78,24 @@ class AtomicOutput:
             else:
                 self.file.close()
                 self.location.fs.rm(self.location.path)
+
+
+def check_parent_exists(location: Location) -> None:
+    """Refuse a local file whose directory does not exist, as ``open`` and pyarrow's writers do.
+
+    Single files are not written into directories that nobody made: a typo in a path should
+    not create a tree (datasets create their own directory, as Spark's writers do).
+
+    Raises:
+        MissingObjectError: the directory does not exist, naming it.
+    """
+    directory = os.path.dirname(location.path) or "."
+    if not os.path.isdir(directory):
+        raise MissingObjectError(
+            errno.ENOENT,
+            f"cannot write {location.url}: the directory {directory} does not exist (create it "
+            "first)",
+        )
 
 
 def remove_quietly(location: Location) -> None:
