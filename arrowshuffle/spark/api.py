@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import json
 import os
+import subprocess
+import sys
 from collections.abc import Sequence
 from typing import Any
 
@@ -17,6 +21,7 @@ from arrowshuffle.format.partitioners.range_partitioner import (
 from arrowshuffle.readers.dataset import ShuffleDataset, open_dataset
 from arrowshuffle.readers.integrity import Verify, resolve_verify
 from arrowshuffle.spark.options import DEFAULT_PARTITIONING, FORMAT_NAME
+from arrowshuffle.spark.session import SparkUnavailableError
 from arrowshuffle.writers.dataset_writer import normalize_mode, read_manifest
 
 #: Spark's seed for ``hash()`` and ``repartition``: only then do the JVM's ids match.
@@ -46,9 +51,65 @@ def register(spark: Any) -> None:
     """
     import_optional("pyspark.sql.datasource", "spark", "arrowshuffle.spark")
     check_session(spark)
+    if getattr(spark, _REGISTERED, False):
+        return  # registering again makes Spark log that it replaced the source
+    check_worker_python(spark)
     from arrowshuffle.spark.datasource import ArrowShuffleDataSource
 
     spark.dataSource.register(ArrowShuffleDataSource)
+    with contextlib.suppress(AttributeError, TypeError):
+        setattr(spark, _REGISTERED, True)
+
+
+#: Marks a session whose data source registry holds the arrowshuffle source.
+_REGISTERED = "_arrowshuffle_registered"
+
+
+def check_worker_python(spark: Any) -> None:
+    """On a local session, refuse Python workers that cannot import arrowshuffle.
+
+    Spark starts its Python workers with ``spark.pyspark.python``, else ``PYSPARK_PYTHON``,
+    else ``python3`` from PATH: with a virtual environment that is not activated, that is
+    another interpreter, and every task would fail deep in a Py4J trace. A cluster's workers
+    are not this machine's, so only local masters are checked.
+
+    Raises:
+        SparkUnavailableError: the workers' interpreter cannot import arrowshuffle.
+    """
+    try:
+        master = str(spark.sparkContext.master)
+        configured = spark.sparkContext.getConf().get("spark.pyspark.python")
+    except Exception:  # Spark Connect has no SparkContext: its workers are elsewhere
+        return
+    if not master.startswith("local"):
+        return
+    python = configured or os.environ.get("PYSPARK_PYTHON") or "python3"
+    problem = _import_problem(python)
+    if problem:
+        raise SparkUnavailableError(
+            f"Spark's Python workers run {python}, which cannot import arrowshuffle "
+            f"({problem}); start Spark with PYSPARK_PYTHON={sys.executable} (the interpreter "
+            "running this code), or activate its environment before starting Python"
+        )
+
+
+@functools.lru_cache(maxsize=8)
+def _import_problem(python: str) -> str:
+    """Why ``python`` cannot import arrowshuffle, or ``""`` when it can."""
+    try:
+        done = subprocess.run(
+            [python, "-c", "import arrowshuffle.spark.datasource"],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+    except (OSError, subprocess.SubprocessError) as exc:
+        return f"it cannot be started: {exc}"
+    if done.returncode == 0:
+        return ""
+    lines = [line for line in done.stderr.strip().splitlines() if line.strip()]
+    return lines[-1] if lines else f"exit status {done.returncode}"
 
 
 def check_session(spark: Any) -> None:
