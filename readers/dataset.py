@@ -109,6 +109,24 @@ class ShuffleDataset(Readable):
         """The partitioner spec of the dataset."""
         return dict(self.manifest.partitioner)
 
+    @property
+    def data_files(self) -> list[str]:
+        """The data files of this version, in manifest order: exactly the listed ones.
+
+        For engines that read Arrow IPC files without this package: pass the list itself, not
+        the directory or a glob, which also match index sidecars, files of other versions and
+        leftovers of failed writers. Local paths for a local dataset, URLs otherwise::
+
+            table = pyarrow.dataset.dataset(ds.data_files, format="arrow")
+            polars.scan_ipc(ds.data_files)
+            duckdb.sql("SELECT count(*) FROM table")  # DuckDB scans the Python variable
+
+        A plain engine reads every row of each file (no subpartition selection, no checks).
+        """
+        if self.directory.is_local:
+            return [os.path.join(self.directory.path, f.data) for f in self.manifest.files]
+        return [self.directory.child(f.data).url for f in self.manifest.files]
+
     def file(self, i: int, *, want: Subpartitions | None = None) -> ShuffleFile:
         """The ``i``-th listed file, opened on first use and checked against the manifest.
 

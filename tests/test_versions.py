@@ -271,3 +271,23 @@ def test_an_append_keeps_the_dataset_properties(tmp_path: Path) -> None:
         properties={"run": "2"},
     )
     assert manifest.properties == {"owner": "team-a", "run": "2"}
+
+
+def test_data_files_give_plain_engines_exactly_the_listed_files(tmp_path: Path) -> None:
+    import pyarrow.dataset as pads
+
+    pl = pytest.importorskip("polars")
+    path = tmp_path / "ds"
+    ash.write_dataset(rows(0, 40), path, num_subpartitions=N, by="k", mode="overwrite")
+    ash.write_dataset(rows(40, 10), path, num_subpartitions=N, by="k", mode="overwrite")
+    (path / "part-99999-leftover.arrow").write_bytes(b"not arrow")
+    dataset = ash.open_dataset(path)
+    assert [Path(p).parent for p in dataset.data_files] == [path]
+    assert ids_of(pads.dataset(dataset.data_files, format="arrow").to_table()) == list(
+        range(40, 50)
+    )
+    assert sorted(pl.scan_ipc(dataset.data_files).collect()["id"].to_list()) == list(range(40, 50))
+    # The directory itself holds the replaced version's files and the sidecars too.
+    assert len(list(path.glob("*.arrow"))) > len(dataset.data_files)
+    old = ash.open_dataset(path, version=1)
+    assert ids_of(pads.dataset(old.data_files, format="arrow").to_table()) == list(range(40))
