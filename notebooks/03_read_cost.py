@@ -14,8 +14,8 @@
 # as it reads an object store: every byte range is a separate request through fsspec's
 # `cat_ranges`, and every fetched chunk's checksum is checked. The counts come from the
 # reader itself: `read_stats()` of a dataset reports the requests it issued and the bytes it
-# received (the manifest, index slices and data ranges). On `s3://` the same read issues the
-# same requests, plus the one listing that finds the manifest version in force.
+# received (the manifest, index slices and data ranges). On `s3://` the reader issues the same
+# ranged requests; opening the dataset also lists its manifest versions once.
 #
 # **Read amplification** is bytes transferred (manifest and index included) over the bytes
 # of the chunks the consumer needs. A modeled time, `requests x 20 ms + bytes / 100 MB/s`,
