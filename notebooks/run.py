@@ -8,9 +8,11 @@ for ``01_quickstart.ipynb``): edit the script, then run::
     python notebooks/run.py --check          # exit 1 if a notebook's cells differ from its source
 
 A notebook is executed top to bottom in a fresh kernel of this interpreter, and saved with its
-outputs and without what changes from run to run (timings, the kernel's version), so that a
-rebuild differs only where an output does. The PNG files the notebooks save on their own go to
-a temporary directory (``ARROWSHUFFLE_NOTEBOOK_OUTPUT``), not into the repository.
+outputs and without what changes from run to run (timings, the kernel's version, what other
+processes print to stderr), so that a rebuild differs only where an output does. The notebooks
+draw their figures at 72 dpi, which keeps each saved notebook to a few hundred KiB at most. The
+PNG files the notebooks save on their own go to a temporary directory
+(``ARROWSHUFFLE_NOTEBOOK_OUTPUT``), not into the repository.
 
 Needs the ``[notebooks]`` extra; notebook 01 also needs ``[spark]`` and Java 17.
 """
