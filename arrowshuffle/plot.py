@@ -5,11 +5,15 @@ Built on the layout tables of :func:`arrowshuffle.readers.layout.file_layout` an
 file by file. matplotlib is an optional dependency (``pip install 'arrowshuffle[notebooks]'``)
 and is imported only when a figure is drawn. Figures are drawn on matplotlib's Agg canvas,
 without pyplot, so no global backend is changed.
+
+Both axes are numbered by whole subpartitions and regions (thinned to a readable count), and
+each colour scale starts at 0, so chunks of 432 and 448 bytes get nearly the same colour.
 """
 
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -20,6 +24,9 @@ from arrowshuffle.format.errors import MissingExtraError, import_optional
 
 #: The error raised when matplotlib is missing, by its earlier name.
 PlottingUnavailableError = MissingExtraError
+
+#: At most this many numbered ticks on an axis; longer axes are numbered every 2, 5, 10, ...
+MAX_TICKS = 24
 
 
 @dataclass(frozen=True)
@@ -79,7 +86,8 @@ def layout_grid(layout: pa.Table) -> LayoutGrid:
 def _matplotlib() -> Any:
     figure = import_optional("matplotlib.figure", "notebooks", "plotting")
     agg = import_optional("matplotlib.backends.backend_agg", "notebooks", "plotting")
-    return figure.Figure, agg.FigureCanvasAgg
+    ticker = import_optional("matplotlib.ticker", "notebooks", "plotting")
+    return figure.Figure, agg.FigureCanvasAgg, ticker.MaxNLocator
 
 
 def plot_layout(
@@ -102,7 +110,7 @@ def plot_layout(
     Raises:
         MissingExtraError: matplotlib is not installed.
     """
-    figure_class, canvas_class = _matplotlib()
+    figure_class, canvas_class, whole_numbers = _matplotlib()
     grid = layout_grid(layout)
     height = float(np.clip(1.5 + 0.18 * grid.bytes.shape[0], 3.0, 12.0))
     figure = figure_class(figsize=(12.0, height), layout="constrained")
@@ -116,9 +124,17 @@ def plot_layout(
             axes.text(0.5, 0.5, "no chunks", ha="center", va="center")
             axes.set_axis_off()
             continue
-        image = axes.imshow(values, aspect="auto", interpolation="nearest", cmap="viridis")
-        figure.colorbar(image, ax=axes, label=what)
+        # From 0, not from the smallest chunk: the colour is proportional to the size.
+        top = max(int(values.max()), 1)
+        image = axes.imshow(
+            values, aspect="auto", interpolation="nearest", cmap="viridis", vmin=0, vmax=top
+        )
+        # Bytes and rows are counts: whole-number ticks on the colour bar too.
+        figure.colorbar(
+            image, ax=axes, label=f"{what} (scale from 0)", ticks=whole_numbers(integer=True)
+        )
         axes.set_xlabel("subpartition")
+        axes.set_xticks(tick_positions(values.shape[1]))
         axes.set_title(f"{what} per chunk")
         _label_regions(axes, grid)
     if title:
@@ -128,14 +144,37 @@ def plot_layout(
     return figure
 
 
+def tick_positions(count: int, most: int = MAX_TICKS) -> np.ndarray:
+    """Whole-number ticks for ``count`` cells: every one, or every 2, 5, 10, 20, ... of them.
+
+    The step is the smallest of 1, 2, 5, 10, 20, 50, ... that leaves at most ``most`` ticks
+    (at least one); ticks start at 0.
+    """
+    if count <= 0:
+        return np.zeros(0, dtype=np.int64)
+    step = next(s for s in _steps() if -(-count // s) <= max(most, 1))
+    return np.arange(0, count, step, dtype=np.int64)
+
+
+def _steps() -> Iterator[int]:
+    """1, 2, 5, 10, 20, 50, 100, ..."""
+    scale = 1
+    while True:
+        yield from (scale, 2 * scale, 5 * scale)
+        scale *= 10
+
+
 def _label_regions(axes: Any, grid: LayoutGrid) -> None:
-    """Name the y axis by region, or by file with lines between files for a dataset."""
+    """Number the y axis by region, or by file with lines between files for a dataset."""
     if grid.num_files <= 1:
         axes.set_ylabel("region")
+        rows = tick_positions(grid.regions.size)
+        axes.set_yticks(rows, [str(int(grid.regions[r])) for r in rows])
         return
     axes.set_ylabel("file / region")
     starts = np.flatnonzero(np.r_[True, grid.files[1:] != grid.files[:-1]])
     for start in starts[1:]:
         axes.axhline(start - 0.5, color="white", linewidth=0.8)
-    if starts.size <= 24:
-        axes.set_yticks(starts, [f"file {int(grid.files[s])}" for s in starts])
+    # A tick at the first region of every file, or of every 2nd, 5th, 10th, ... file.
+    shown = starts[tick_positions(starts.size)]
+    axes.set_yticks(shown, [f"file {int(grid.files[s])}" for s in shown])
