@@ -738,8 +738,8 @@ def _vacuum(args: argparse.Namespace, storage: dict[str, Any], out: TextIO) -> i
         _error(f"ERROR could not remove {report.url.rstrip('/')}/{name}: {reason}")
     status = EXIT_OK if report.ok else EXIT_ERROR
     if args.json:
-        expired = sorted(_expired_versions(report.removed).values())
-        json.dump({**report.to_dict(), "expired_versions": expired, "error": None}, out, indent=1)
+        versions = sorted(_expired_versions(report.removed).values())
+        json.dump({**report.to_dict(), "expired_versions": versions, "error": None}, out, indent=1)
         out.write("\n")
         return status
     verb = "would remove" if report.dry_run else "removed"
