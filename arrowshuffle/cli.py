@@ -74,7 +74,7 @@ from arrowshuffle.readers.balance import (
     skew_ratio,
 )
 from arrowshuffle.readers.dataset import ShuffleDataset, open_dataset, open_shuffle
-from arrowshuffle.readers.file_reader import ShuffleFile
+from arrowshuffle.readers.file_reader import ShuffleFile, open_file
 from arrowshuffle.readers.integrity import Verify
 from arrowshuffle.readers.layout import dataset_layout, dataset_summary, file_layout, file_summary
 from arrowshuffle.readers.manifest_io import list_versions
@@ -414,15 +414,18 @@ def _versions_text(versions: Sequence[int]) -> str:
 
 
 def _open(args: argparse.Namespace, storage: dict[str, Any]) -> ShuffleFile | ShuffleDataset:
-    """The file or dataset at ``args.path``; with ``--version``, that version of the dataset."""
-    if args.version is None:
-        return open_shuffle(args.path, storage)
-    if not _names_dataset(args.path, storage):
+    """The file or dataset at ``args.path``; with ``--version``, that version of the dataset.
+
+    Whether a URL is a dataset costs a request only when its name is not a data file's.
+    """
+    if _names_dataset(args.path, storage):
+        return open_dataset(args.path, storage, version=args.version)
+    if args.version is not None:
         raise _UsageError(
             f"--version {args.version}: {args.path} is not a dataset; manifest versions belong "
             "to datasets (a directory or URL holding a manifest)"
         )
-    return open_dataset(args.path, storage, version=args.version)
+    return open_file(args.path, storage_options=storage)
 
 
 def _inspect(args: argparse.Namespace, storage: dict[str, Any], out: TextIO) -> int:
