@@ -6,10 +6,15 @@ Exit status: 0 when everything is valid, 1 when a file breaks a rule of the form
 usage error or a storage problem. Errors are one line on stderr, never a traceback (set
 ``ARROWSHUFFLE_DEBUG=1`` to see one).
 
-A PATH of ``validate`` or ``inspect`` may be a dataset (a directory or URL holding
-``_arrowshuffle_manifest.json``): it is validated against the manifest rules and every listed
-file's rules, or inspected as a whole. Work over several files shows a progress bar on stderr
-when stderr is a terminal, and nothing when it is piped.
+A PATH of ``validate``, ``inspect`` or ``read`` may be a dataset (a directory or URL holding
+``_arrowshuffle_manifest.json`` or manifest versions in ``_arrowshuffle_versions/``): it is
+validated against the manifest rules and every listed file's rules, or inspected or read as a
+whole. ``validate`` checks every manifest version the dataset retains, each distinct file once
+(``--current-only``: the version in force alone) and says which versions it checked;
+``inspect`` shows the version in force and the retained ones; ``inspect`` and ``read`` take
+``--version N`` to read an earlier version while vacuum retains it (one that is not retained
+is an error, exit status 2). Work over several files shows a progress bar on stderr when stderr
+is a terminal, and nothing when it is piped.
 
 ``plan`` prints the balanced read tasks of a file or dataset, planned from sizes alone (the
 manifest's totals, and the index slices of the subpartitions it splits), with the skew before
@@ -19,8 +24,11 @@ manifest's totals, and the index slices of the subpartitions it splits), with th
 data each) into one file per group and replaces the manifest atomically; ``--dry-run`` prints the
 groups only.
 
-``vacuum`` removes what failed writers left in a dataset directory: exit 0 when done, 1 when the
-manifest cannot be decoded, 2 when there is no manifest or an object could not be removed.
+``vacuum`` expires manifest versions replaced longer ago than its grace period and removes the
+files no retained version lists and what failed writers left in a dataset directory; it prints
+removed files and expired versions apart, and the versions retained. Exit 0 when done, 1 when a
+retained manifest version cannot be decoded, 2 when there is no manifest or an object could not
+be removed.
 """
 
 from __future__ import annotations
@@ -44,7 +52,14 @@ from arrowshuffle.format.errors import (
     InvalidOptionError,
     MissingExtraError,
 )
-from arrowshuffle.format.naming import DATA_SUFFIX, INDEX_SUFFIX, MANIFEST_NAME, temp_name
+from arrowshuffle.format.naming import (
+    DATA_SUFFIX,
+    INDEX_SUFFIX,
+    MANIFEST_NAME,
+    VERSIONS_DIR,
+    temp_name,
+    version_from_name,
+)
 from arrowshuffle.format.notation import (
     parse_bytes,
     parse_duration,
@@ -58,10 +73,11 @@ from arrowshuffle.readers.balance import (
     PlannedRead,
     skew_ratio,
 )
-from arrowshuffle.readers.dataset import ShuffleDataset, open_shuffle
-from arrowshuffle.readers.file_reader import open_file
+from arrowshuffle.readers.dataset import ShuffleDataset, open_dataset, open_shuffle
+from arrowshuffle.readers.file_reader import ShuffleFile, open_file
 from arrowshuffle.readers.integrity import Verify
 from arrowshuffle.readers.layout import dataset_layout, dataset_summary, file_layout, file_summary
+from arrowshuffle.readers.manifest_io import list_versions
 from arrowshuffle.readers.read_cost import read_cost
 from arrowshuffle.readers.storage import resolve
 from arrowshuffle.readers.validate import ValidationReport, validate_file
@@ -97,6 +113,29 @@ def _storage_option(text: str) -> tuple[str, Any]:
         return key, value
 
 
+def _version_number(text: str) -> int:
+    """A manifest version: an integer >= 0."""
+    try:
+        value = int(text, 10)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise argparse.ArgumentTypeError(
+            f"expected a version number (0, 1, 2, ...), found {text!r}"
+        )
+    return value
+
+
+def _add_version_option(command: argparse.ArgumentParser) -> None:
+    command.add_argument(
+        "--version",
+        type=_version_number,
+        metavar="N",
+        help="of a dataset, read manifest version N instead of the one in force (while vacuum "
+        "retains it)",
+    )
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of the ``arrowshuffle`` command."""
     common = argparse.ArgumentParser(add_help=False)
@@ -128,6 +167,12 @@ def build_parser() -> argparse.ArgumentParser:
     validate.add_argument(
         "--deep", action="store_true", help="also read every chunk: checksums, decoding, rows"
     )
+    validate.add_argument(
+        "--current-only",
+        action="store_true",
+        help="of a dataset, check the manifest version in force only (by default every "
+        "retained version is checked, each file once)",
+    )
     validate.add_argument("--json", action="store_true", help="print a JSON list of reports")
 
     inspect = commands.add_parser(
@@ -141,6 +186,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="also draw the region x subpartition heatmap of bytes and rows into this file "
         "(needs matplotlib)",
     )
+    _add_version_option(inspect)
 
     plan = commands.add_parser(
         "plan",
@@ -178,7 +224,7 @@ def build_parser() -> argparse.ArgumentParser:
     read = commands.add_parser(
         "read", parents=[common], help="read subpartitions into an .arrow, .parquet or .csv file"
     )
-    read.add_argument("path", metavar="PATH", help="a data file (.arrow)")
+    read.add_argument("path", metavar="PATH", help="a data file (.arrow) or a dataset")
     read.add_argument(
         "--subpartitions",
         required=True,
@@ -196,11 +242,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="check chunk checksums while reading: auto (the default) on object stores only, "
         "on (also plain --verify) or off",
     )
+    _add_version_option(read)
 
     vacuum_cmd = commands.add_parser(
         "vacuum",
         parents=[common],
-        help="remove temporary and unlisted files that failed writers left in a dataset",
+        help="expire old manifest versions; remove files no retained version lists and what "
+        "failed writers left in a dataset",
     )
     vacuum_cmd.add_argument("path", metavar="PATH", help="a dataset directory or URL")
     vacuum_cmd.add_argument(
@@ -301,7 +349,13 @@ def _validate_dataset(
         def progress(done: int, total: int, name: str) -> None:
             bar.update(done, name, total=total)
 
-        return validate_dataset(path, deep=args.deep, storage_options=storage, progress=progress)
+        return validate_dataset(
+            path,
+            deep=args.deep,
+            current_only=args.current_only,
+            storage_options=storage,
+            progress=progress,
+        )
 
 
 def _index_hint(path: str) -> str:
@@ -314,28 +368,68 @@ def _index_hint(path: str) -> str:
 
 
 def _report_line(path: str, report: ValidationReport | DatasetReport) -> str:
+    notes: list[str] = []
     if isinstance(report, DatasetReport):
         found = report.all_violations
-        files = report.summary.get("files", len(report.files))
-        unlisted = len(report.summary.get("unlisted", []))
-        note = f"; {unlisted} unlisted files ignored" if unlisted else ""
+        checked = f"checked {_versions_text(report.summary.get('versions', []))}"
         if report.ok:
+            files = report.summary.get("files", len(report.files))
             noun = "file" if files == 1 else "files"
             rows = report.summary.get("rows", 0)
-            return f"OK {path} (dataset: {files} {noun}, {rows} rows{note})"
+            version = report.summary.get("version", 0)
+            unlisted = len(report.summary.get("unlisted", []))
+            note = f"; {unlisted} unlisted files ignored" if unlisted else ""
+            return (
+                f"OK {path} (dataset: {files} {noun}, {rows} rows, version {version} in force; "
+                f"{checked}{note})"
+            )
+        notes.append(checked)
     else:
         found = [(None, v) for v in report.violations]
         if report.ok:
             return f"OK {path}"
     (where, first), *rest = found
     more = list(dict.fromkeys(v.rule for _, v in rest))  # distinct, in report order
-    also = f" (more: {', '.join(more)})" if more else ""
+    if more:
+        notes.insert(0, f"more: {', '.join(more)}")
+    also = f" ({'; '.join(notes)})" if notes else ""
     prefix = f"{where}: " if where else ""
     return f"INVALID {path}: {prefix}{_one_line(first)}{also}"
 
 
+def _versions_text(versions: Sequence[int]) -> str:
+    """``version 4``, ``versions 1-4``, or runs of consecutive versions: ``versions 1-2,4``."""
+    if not versions:
+        return "no version"
+    if len(versions) == 1:
+        return f"version {versions[0]}"
+    runs: list[list[int]] = []
+    for v in sorted(versions):
+        if runs and v == runs[-1][-1] + 1:
+            runs[-1].append(v)
+        else:
+            runs.append([v])
+    text = ",".join(_ids_text(range(run[0], run[-1] + 1)) for run in runs)
+    return f"versions {text}"
+
+
+def _open(args: argparse.Namespace, storage: dict[str, Any]) -> ShuffleFile | ShuffleDataset:
+    """The file or dataset at ``args.path``; with ``--version``, that version of the dataset.
+
+    Whether a URL is a dataset costs a request only when its name is not a data file's.
+    """
+    if _names_dataset(args.path, storage):
+        return open_dataset(args.path, storage, version=args.version)
+    if args.version is not None:
+        raise _UsageError(
+            f"--version {args.version}: {args.path} is not a dataset; manifest versions belong "
+            "to datasets (a directory or URL holding a manifest)"
+        )
+    return open_file(args.path, storage_options=storage)
+
+
 def _inspect(args: argparse.Namespace, storage: dict[str, Any], out: TextIO) -> int:
-    opened = open_shuffle(args.path, storage)
+    opened = _open(args, storage)
     if isinstance(opened, ShuffleDataset):
         return _inspect_dataset(args, opened, out)
     with opened as shuffle_file:
@@ -369,6 +463,10 @@ def _inspect_dataset(args: argparse.Namespace, dataset: ShuffleDataset, out: Tex
         layout = dataset_layout(dataset, progress=lambda done, _, name: bar.update(done, name))
     summary = dataset_summary(dataset, layout)
     summary["read_cost"] = read_cost(dataset, layout)
+    retained = [v.version for v in list_versions(dataset.directory)]
+    summary["version"] = dataset.version
+    summary["version_in_force"] = retained[-1] if retained else dataset.version
+    summary["versions"] = retained
     if args.plot:
         _plot(layout, args.plot, f"{dataset.url} ({dataset.num_files} files)")
     if args.json:
@@ -377,6 +475,7 @@ def _inspect_dataset(args: argparse.Namespace, dataset: ShuffleDataset, out: Tex
         return EXIT_OK
     lines = [
         f"dataset        {summary['url']}",
+        f"version        {summary['version']} {_retention_text(summary)}",
         f"files          {summary['files']}",
         f"regions        {summary['regions']} ({summary['broadcast_regions']} broadcast)",
         f"subpartitions  {summary['subpartitions']}",
@@ -399,6 +498,19 @@ def _inspect_dataset(args: argparse.Namespace, dataset: ShuffleDataset, out: Tex
     lines.extend(_subpartition_table(summary["per_subpartition"]))
     print("\n".join(lines), file=out)
     return EXIT_OK
+
+
+def _retention_text(summary: dict[str, Any]) -> str:
+    """Which version ``inspect`` shows, against the one in force and the retained ones."""
+    retained = summary["versions"]
+    if not retained:
+        return "(a dataset of one manifest, written before versions)"
+    where = (
+        "in force"
+        if summary["version"] == summary["version_in_force"]
+        else f"in force: {summary['version_in_force']}"
+    )
+    return f"({where}; retained: {_versions_text(retained)})"
 
 
 def _read_cost_lines(cost: dict[str, Any]) -> list[str]:
@@ -494,19 +606,23 @@ def _read(args: argparse.Namespace, storage: dict[str, Any], out: TextIO) -> int
     runs = parse_id_ranges(args.subpartitions, name="--subpartitions")
     columns = None if args.columns is None else [c.strip() for c in args.columns.split(",")]
     rows = 0
-    with open_file(args.path, storage_options=storage) as shuffle_file:
-        selection = select_ids(runs, shuffle_file.num_subpartitions, name="--subpartitions")
-        schema = shuffle_file.schema
+    opened = _open(args, storage)
+    with contextlib.ExitStack() as stack:
+        if isinstance(opened, ShuffleFile):
+            stack.enter_context(opened)
+        what = "dataset" if isinstance(opened, ShuffleDataset) else "file"
+        selection = select_ids(runs, opened.num_subpartitions, name="--subpartitions", what=what)
+        schema = opened.schema
         if columns is not None:
             missing = [c for c in columns if c not in schema.names]
             if missing:
                 raise InvalidOptionError(
-                    f"--columns: no column {missing[0]!r} in the file; its columns are "
+                    f"--columns: no column {missing[0]!r} in the {what}; its columns are "
                     f"{schema.names}"
                 )
             schema = pa.schema([schema.field(c) for c in columns], metadata=schema.metadata)
         verify = _VERIFY_CHOICES[args.verify]
-        batches = shuffle_file.iter_batches(selection, columns=columns, verify=verify)
+        batches = opened.iter_batches(selection, columns=columns, verify=verify)
         with _published(args.out) as temp:
             writer = _open_writer(kind, temp, schema)
             try:
@@ -625,21 +741,43 @@ def _vacuum(args: argparse.Namespace, storage: dict[str, Any], out: TextIO) -> i
         _error(f"ERROR could not remove {report.url.rstrip('/')}/{name}: {reason}")
     status = EXIT_OK if report.ok else EXIT_ERROR
     if args.json:
-        json.dump({**report.to_dict(), "error": None}, out, indent=1)
+        versions = sorted(_expired_versions(report.removed).values())
+        json.dump({**report.to_dict(), "expired_versions": versions, "error": None}, out, indent=1)
         out.write("\n")
         return status
     verb = "would remove" if report.dry_run else "removed"
-    for name in report.removed:
-        print(f"{verb} {report.url.rstrip('/')}/{name}", file=out)
-    count = len(report.removed)
+    expire = "would expire" if report.dry_run else "expired"
+    root = report.url.rstrip("/")
+    expired = _expired_versions(report.removed)
+    files = [name for name in report.removed if name not in expired]
+    for name in files:
+        print(f"{verb} {root}/{name}", file=out)
+    for name, version in expired.items():
+        print(f"{expire} version {version} ({root}/{name})", file=out)
+    count = len(files)
     summary = f"{verb} {count} {'object' if count == 1 else 'objects'}"
+    if expired:
+        summary += f", {expire} {_versions_text(list(expired.values()))}"
     if report.recent:
         summary += f", kept {len(report.recent)} modified within {args.older_than}"
     if report.failed:
         summary += f", {len(report.failed)} could not be removed"
+    if report.retained_versions:
+        summary += f"; retained {_versions_text(report.retained_versions)}"
     title = "dry run of" if report.dry_run else "vacuumed"
     print(f"{title} {report.url}: {summary}", file=out)
     return status
+
+
+def _expired_versions(removed: Sequence[str]) -> dict[str, int]:
+    """The manifest versions among removed names (``_arrowshuffle_versions/<n>.json``)."""
+    found: dict[str, int] = {}
+    for name in removed:
+        folder, _, base = name.rpartition("/")
+        version = version_from_name(base) if folder == VERSIONS_DIR else None
+        if version is not None:
+            found[name] = version
+    return found
 
 
 def _compact(args: argparse.Namespace, storage: dict[str, Any], out: TextIO) -> int:

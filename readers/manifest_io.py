@@ -84,7 +84,8 @@ def load_manifest(
 
     Args:
         directory: the dataset directory.
-        version: the version to read (time travel); the one in force by default.
+        version: the version to read (time travel); the one in force by default. Version 0
+            of a dataset without versions is its single manifest.
         versions: the listing of :func:`list_versions`, when the caller has it.
         name_url: prefix the message of a manifest that does not decode with its URL (a
             validation report names the dataset already).
@@ -108,16 +109,34 @@ def load_manifest(
         return _load(directory, location, version, name_url)
     except MissingObjectError as exc:
         retained = list_versions(directory) if versions is None else versions
-        span = (
-            f"versions {retained[0].version} to {retained[-1].version} are"
-            if retained
-            else "no version is"
-        )
+        if version == 0 and not retained:
+            single = _single_manifest(directory, name_url)
+            if single is not None:
+                return single
+        if not retained:
+            why = "it holds no manifest versions (a dataset written before versions has only "
+            why += "version 0, its single manifest)"
+        else:
+            span = (
+                f"only version {retained[0].version} is"
+                if len(retained) == 1
+                else f"versions {retained[0].version} to {retained[-1].version} are"
+            )
+            why = f"{span} retained (vacuum removes versions replaced longer ago than its "
+            why += "grace period)"
         raise MissingObjectError(
             exc.errno or errno.ENOENT,
-            f"{directory.url} has no manifest version {version}: {span} retained (vacuum "
-            "removes versions replaced longer ago than its grace period)",
+            f"{directory.url} has no manifest version {version}: {why}",
         ) from exc
+
+
+def _single_manifest(directory: Location, name_url: bool) -> LoadedManifest | None:
+    """Version 0 of a dataset written before versions: its single manifest, if it is one."""
+    try:
+        loaded = _load(directory, directory.child(MANIFEST_NAME), None, name_url)
+    except MissingObjectError:
+        return None
+    return loaded if loaded.manifest.version == 0 else None
 
 
 def _load(

@@ -535,7 +535,10 @@ def test_validate_dataset_ok_exit_0(dataset_dir: Any) -> None:
     result = run("validate", "--deep", dataset_dir.url, GOOD)
     assert result.returncode == 0, result.stderr
     lines = result.stdout.splitlines()
-    assert lines[0] == f"OK {dataset_dir.url} (dataset: 3 files, {3 * 5 * 40} rows)"
+    assert lines[0] == (
+        f"OK {dataset_dir.url} (dataset: 3 files, {3 * 5 * 40} rows, version 1 in force; "
+        "checked version 1)"
+    )
     assert lines[1] == f"OK {GOOD}"
 
 
@@ -582,7 +585,8 @@ def test_validate_dataset_with_a_damaged_chunk_needs_deep(dataset_dir: Any) -> N
 
 
 def test_validate_and_inspect_damaged_manifest_exit_1(dataset_dir: Any) -> None:
-    manifest = Path(dataset_dir.url) / "_arrowshuffle_manifest.json"
+    # The version in force; the copy _arrowshuffle_manifest.json is for older readers.
+    (manifest,) = (Path(dataset_dir.url) / "_arrowshuffle_versions").iterdir()
     manifest.write_text("{not json")
     result = run("validate", dataset_dir.url)
     assert result.returncode == 1

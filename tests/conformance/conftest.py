@@ -57,11 +57,20 @@ def dataset_dirs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 
 
 def _upload(fs: Any, root: str, dirs: dict[str, Path]) -> dict[str, str]:
-    """Copy every dataset directory under ``root`` of ``fs``; return the path of each."""
+    """Copy every dataset directory (its manifest versions too) under ``root`` of ``fs``.
+
+    Returns the path of each.
+    """
     paths = {}
     for vector_id, directory in dirs.items():
         target = f"{root}/{vector_id}"
-        fs.pipe({f"{target}/{p.name}": p.read_bytes() for p in sorted(directory.iterdir())})
+        fs.pipe(
+            {
+                f"{target}/{p.relative_to(directory).as_posix()}": p.read_bytes()
+                for p in sorted(directory.rglob("*"))
+                if p.is_file()
+            }
+        )
         paths[vector_id] = target
     return paths
 

@@ -1,6 +1,8 @@
 """The vectors of tests/vectors/v1 as conformance cases, and what each kind of surface must see.
 
-A vector is a file vector (a data file and its index) or a dataset vector (a dataset directory).
+A vector is a file vector (a data file and its index) or a dataset vector (a dataset directory:
+one of a single manifest, in ``datasets/``, or one of numbered manifest versions, in
+``versioned/``).
 Every surface that reads datasets also takes every file vector, as a one-file dataset: the pair
 beside a manifest that lists it with its real sizes and index checksum (:func:`one_file_dataset`).
 
@@ -32,6 +34,9 @@ VECTORS = Path(__file__).resolve().parent.parent / "vectors" / "v1"
 SPEC = Path(__file__).resolve().parent.parent.parent / "spec.md"
 FILES: dict[str, Any] = json.loads((VECTORS / "expected.json").read_text())["vectors"]
 DATASETS: dict[str, Any] = json.loads((VECTORS / "datasets" / "expected.json").read_text())[
+    "datasets"
+]
+VERSIONED: dict[str, Any] = json.loads((VECTORS / "versioned" / "expected.json").read_text())[
     "datasets"
 ]
 
@@ -83,6 +88,15 @@ SEEN_BY: dict[str, frozenset[Kind]] = {
     **{f"M{i}": EVERY for i in range(1, 9)},
     # Totals only steer read plans; a read's rows come from the indexes.
     "M9": VALIDATORS,
+    # A version file is checked against its name whenever it is read: the version in force by
+    # every reader.
+    "M10": EVERY,
+    # Broken only in an earlier version (its file, or a file only it lists): readers read the
+    # version in force; validation checks every version the dataset retains (spec.md, 8.1, 11).
+    "M4 older version": VALIDATORS,
+    "M10 older version": VALIDATORS,
+    # Readers list the versions only to find the highest; validation checks they are a run.
+    "M11": VALIDATORS,
 }
 
 
@@ -151,8 +165,27 @@ def _dataset_vector(name: str) -> Vector:
     )
 
 
+def _versioned_vector(name: str) -> Vector:
+    entry = VERSIONED[name]
+    rule = entry.get("rule")
+    key = None if rule is None else " ".join(filter(None, (rule, entry.get("part"))))
+    return Vector(
+        f"dataset-{name}",
+        name,
+        "dataset",
+        rule,
+        rule,
+        key,
+        entry.get("reads"),
+        entry["num_subpartitions"],
+        VECTORS / "versioned" / name,
+    )
+
+
 FILE_VECTORS = tuple(_file_vector(name) for name in sorted(FILES))
-DATASET_VECTORS = tuple(_dataset_vector(name) for name in sorted(DATASETS))
+DATASET_VECTORS = tuple(_dataset_vector(name) for name in sorted(DATASETS)) + tuple(
+    _versioned_vector(name) for name in sorted(VERSIONED)
+)
 ALL_VECTORS = FILE_VECTORS + DATASET_VECTORS
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import itertools
 import json
 import shutil
 import struct
@@ -31,6 +32,7 @@ from arrowshuffle import ShuffleFileWriter, make_partitioner
 from arrowshuffle.format import index as codec
 from arrowshuffle.format.crc import crc32c
 from arrowshuffle.writers import file_writer
+from arrowshuffle.writers.file_writer import WrittenFile
 
 HERE = Path(__file__).resolve().parent
 SCHEMA = pa.schema([("a", pa.int64()), ("b", pa.int32()), ("s", pa.string())])
@@ -213,6 +215,12 @@ def fixed_file_id(file_id: bytes) -> Iterator[None]:
 
 
 def write_good(vector: GoodVector, out: Path, *, file_id: bytes | None = None) -> Path:
+    write_pair(vector, out, file_id=file_id)
+    return out / f"{vector.name}.arrow"
+
+
+def write_pair(vector: GoodVector, out: Path, *, file_id: bytes | None = None) -> WrittenFile:
+    """Write the vector's pair into ``out``; return what the writer reports of it."""
     path = out / f"{vector.name}.arrow"
     with (
         fixed_file_id(file_id or vector.file_id),
@@ -233,7 +241,8 @@ def write_good(vector: GoodVector, out: Path, *, file_id: bytes | None = None) -
             else:
                 writer.write(region.table, subpartitions=region.ids)
             writer.flush_region()
-    return path
+    assert writer.written is not None
+    return writer.written
 
 
 def neutral(table: pa.Table) -> dict[str, list[Any]]:
@@ -1005,6 +1014,9 @@ def _good_manifest(out: Path, pair: str = PAIR) -> dict[str, Any]:
     )
     manifest = Manifest(index.schema, index.num_subpartitions, index.meta.partitioner, (entry,))
     document: dict[str, Any] = json.loads(encode_manifest(manifest))
+    # A dataset of one manifest, as written before numbered versions (manifest 1.1): these
+    # vectors show that such datasets still read.
+    document["format_version_minor"] = 1
     return document
 
 
@@ -1261,6 +1273,267 @@ def generate_datasets(out: Path) -> dict[str, Any]:
     return document
 
 
+# ---------------------------------------------------------------------- versioned datasets
+#
+# versioned/NAME/ is a dataset of numbered manifest versions (spec.md, section 8.1) written by
+# the real committer: a write and two appends of one file each (versions 1 to 3), then a
+# compaction that merges the first two files (version 4). Every version is retained, and the
+# versions share files. The broken ones are copies of it with one version file edited or one
+# file removed; versioned/expected.json names their rule. File names, file ids and commit ids
+# are drawn from fixed labels, so regenerating writes the same bytes.
+
+VERSIONED = "versioned"
+GOOD_VERSIONED = "good_versioned"
+#: The files of the three commits: 2 regions x 4 subpartitions each, explicit ids.
+VERSIONED_PARTS = tuple(
+    GoodVector(
+        f"part-{task:05d}-{fid(f'{GOOD_VERSIONED}/{task}').hex()}",
+        f"the file of commit {task + 1}",
+        4,
+        tuple(
+            Region(rows(10 * (task + 1) + r, n), ids_for(10 * (task + 1) + r, n, 4))
+            for r, n in enumerate(sizes)
+        ),
+        fid(f"{GOOD_VERSIONED}/{task}"),
+    )
+    for task, sizes in enumerate(((8, 6), (7, 9), (10, 5)))
+)
+#: Enough memory for compaction to merge every input region of a group into one region.
+COMPACTION_MEMORY = "1GiB"
+
+
+@contextlib.contextmanager
+def ids_drawn_from(label: str) -> Iterator[None]:
+    """Make file names, commit ids and merged files' ids come from ``label``, one after another.
+
+    The committer, compaction and the naming of files draw them from ``uuid.uuid4``; each module
+    here draws the next of a fixed sequence instead (the generator runs in one thread, so the
+    order of the draws is fixed too).
+    """
+    from arrowshuffle.format import naming
+    from arrowshuffle.writers import commit, merge
+
+    draws = itertools.count()
+    fixed = SimpleNamespace(
+        uuid4=lambda: uuid.UUID(bytes=fid(f"{label}/uuid/{next(draws)}"), version=4)
+    )
+    modules = (naming, commit, merge)
+    originals = [module.uuid for module in modules]
+    for module in modules:
+        module.uuid = fixed  # type: ignore[assignment]
+    try:
+        yield
+    finally:
+        for module, original in zip(modules, originals, strict=True):
+            module.uuid = original
+
+
+def _reads(vector: GoodVector) -> dict[str, Any]:
+    """What a reader of the pair returns: its rows per region, broadcast flags and file rows."""
+    expected = expected_for(vector)
+    return {k: expected[k] for k in ("rows", "broadcast_regions", "file_rows")}
+
+
+def _merged_reads(vectors: tuple[GoodVector, ...]) -> dict[str, Any]:
+    """What a reader of the file compaction merges ``vectors`` into returns.
+
+    With :data:`COMPACTION_MEMORY` every input region fits one output region, which holds for
+    each subpartition in order its chunks of the input regions, file by file, region by region
+    (spec.md, section 7.2.1). The inputs here have no broadcast region.
+    """
+    regions = [region for vector in vectors for region in vector.regions]
+    assert all(region.ids is not None for region in regions)
+    n = vectors[0].num_subpartitions
+    chunks = [
+        region.table.filter(pa.array(region.ids == s)) for s in range(n) for region in regions
+    ]
+    counts = [sum(int(np.count_nonzero(region.ids == s)) for region in regions) for s in range(n)]
+    return {
+        "rows": [counts],
+        "broadcast_regions": [False],
+        "file_rows": neutral(pa.concat_tables([SCHEMA.empty_table(), *chunks])),
+    }
+
+
+def _dataset_reads(files: list[dict[str, Any]]) -> dict[str, Any]:
+    """What a reader of a dataset of ``files`` returns: the files' reads one after another."""
+    return {
+        "rows": [counts for f in files for counts in f["rows"]],
+        "broadcast_regions": [b for f in files for b in f["broadcast_regions"]],
+        "file_rows": {
+            name: [value for f in files for value in f["file_rows"][name]] for name in SCHEMA.names
+        },
+    }
+
+
+def write_versioned(directory: Path) -> dict[str, Any]:
+    """Write the good versioned dataset into ``directory`` (replaced if it exists).
+
+    Returns:
+        Per version, the commit's operation, the files it lists and what a reader of it
+        returns, computed from the input rows (and the names the writers report).
+    """
+    from arrowshuffle.writers.compact import compact
+    from arrowshuffle.writers.dataset_writer import commit_dataset, prepare_directory
+
+    shutil.rmtree(directory, ignore_errors=True)
+    location = prepare_directory(str(directory), None)
+    written: list[WrittenFile] = []
+    with ids_drawn_from(GOOD_VERSIONED):
+        for i, part in enumerate(VERSIONED_PARTS):
+            written.append(write_pair(part, directory))
+            commit_dataset(
+                location,
+                [written[-1]],
+                schema=SCHEMA,
+                num_subpartitions=part.num_subpartitions,
+                partitioner={"name": "explicit"},
+                mode="error" if i == 0 else "append",
+            )
+        # The first two files fit the target, the third does not: one group merged, one kept.
+        report = compact(
+            str(directory),
+            target_file_size=written[0].data_size + written[1].data_size,
+            memory=COMPACTION_MEMORY,
+        )
+    (merged,) = report.written
+    names = [f"{part.name}.arrow" for part in VERSIONED_PARTS]
+    reads = [_reads(part) for part in VERSIONED_PARTS]
+    return {
+        "1": {"operation": "write", "files": names[:1], "reads": _dataset_reads(reads[:1])},
+        "2": {"operation": "append", "files": names[:2], "reads": _dataset_reads(reads[:2])},
+        "3": {"operation": "append", "files": names, "reads": _dataset_reads(reads)},
+        "4": {
+            "operation": "compact",
+            "files": [merged, names[2]],
+            "reads": _dataset_reads([_merged_reads(VERSIONED_PARTS[:2]), reads[2]]),
+        },
+    }
+
+
+def _version_file(directory: Path, version: int) -> Path:
+    from arrowshuffle.format.naming import VERSIONS_DIR, version_name
+
+    return directory / VERSIONS_DIR / version_name(version)
+
+
+def _set_version(version: int, holds: int) -> Callable[[Path], None]:
+    """Version ``version``'s file holds ``holds`` as its ``version``, as a hand edit leaves it."""
+
+    def edit(directory: Path) -> None:
+        path = _version_file(directory, version)
+        doc = json.loads(path.read_bytes())
+        assert doc["version"] == version
+        doc["version"] = holds
+        path.write_text(json.dumps(doc, indent=1, sort_keys=True) + "\n")
+
+    return edit
+
+
+def _remove_version(version: int) -> Callable[[Path], None]:
+    def edit(directory: Path) -> None:
+        _version_file(directory, version).unlink()
+
+    return edit
+
+
+def _remove_first_part(directory: Path) -> None:
+    """Remove the data file of the first commit: versions 1-3 list it, version 4 does not."""
+    (directory / f"{VERSIONED_PARTS[0].name}.arrow").unlink()
+
+
+@dataclass(frozen=True)
+class VersionedVector:
+    """A copy of the good versioned dataset broken by ``edit``."""
+
+    name: str
+    rule: str
+    #: where the rule is found: ``manifest`` (the version in force, when it is decoded),
+    #: ``older version`` (an earlier version or one of its files) or ``versions`` (the
+    #: versions the directory holds)
+    where: str
+    description: str
+    edit: Callable[[Path], None]
+
+    @property
+    def part(self) -> str | None:
+        """What the conformance table distinguishes: a rule broken in an older version only."""
+        return "older version" if self.where == "older version" else None
+
+
+VERSIONED_VECTORS = (
+    VersionedVector(
+        "version_number_differs",
+        "M10",
+        "manifest",
+        "the file of version 4 (in force) holds version 3",
+        _set_version(4, 3),
+    ),
+    VersionedVector(
+        "older_version_number_differs",
+        "M10",
+        "older version",
+        "the file of version 2 holds version 7; the version in force is intact",
+        _set_version(2, 7),
+    ),
+    VersionedVector(
+        "version_gap",
+        "M11",
+        "versions",
+        "the file of version 2 is removed: versions 1, 3 and 4 are retained",
+        _remove_version(2),
+    ),
+    VersionedVector(
+        "older_version_file_missing",
+        "M4",
+        "older version",
+        "the data file of the first commit is removed: versions 1 to 3 list it, version 4 "
+        "(compacted) does not",
+        _remove_first_part,
+    ),
+)
+
+
+def generate_versioned(out: Path) -> dict[str, Any]:
+    """Write the versioned dataset vectors into ``out/versioned``."""
+    root = out / VERSIONED
+    good = root / GOOD_VERSIONED
+    versions = write_versioned(good)
+    in_force = max(versions, key=int)
+    vectors: dict[str, Any] = {
+        GOOD_VERSIONED: {
+            "kind": "good",
+            "description": "a write and two appends of one file each (versions 1 to 3), then a "
+            "compaction of the first two files (version 4); every version retained",
+            "num_subpartitions": VERSIONED_PARTS[0].num_subpartitions,
+            "version": int(in_force),
+            "versions": versions,
+            "reads": versions[in_force]["reads"],
+        }
+    }
+    for vector in VERSIONED_VECTORS:
+        directory = root / vector.name
+        shutil.rmtree(directory, ignore_errors=True)
+        shutil.copytree(good, directory)
+        vector.edit(directory)
+        entry: dict[str, Any] = {
+            "kind": "invalid",
+            "description": vector.description,
+            "base": GOOD_VERSIONED,
+            "num_subpartitions": VERSIONED_PARTS[0].num_subpartitions,
+            "rule": vector.rule,
+            "where": vector.where,
+        }
+        if vector.part is not None:
+            entry["part"] = vector.part
+        if vector.where != "manifest":  # readers read the version in force, which is intact
+            entry["reads"] = versions[in_force]["reads"]
+        vectors[vector.name] = entry
+    document = {"pyarrow": pa.__version__, "datasets": vectors}
+    (root / "expected.json").write_text(json.dumps(document, indent=1) + "\n")
+    return document
+
+
 def generate(out: Path) -> dict[str, Any]:
     """Write every vector and ``expected.json`` into ``out``; return the expected document."""
     out.mkdir(parents=True, exist_ok=True)
@@ -1278,6 +1551,7 @@ def generate(out: Path) -> dict[str, Any]:
     }
     (out / "expected.json").write_text(json.dumps(document, indent=1, ensure_ascii=True) + "\n")
     generate_datasets(out)
+    generate_versioned(out)
     return document
 
 
