@@ -53,8 +53,10 @@ import pyarrow as pa
 import arrowshuffle
 from arrowshuffle.format.manifest import Manifest, ManifestFile, SubpartitionTotals
 from arrowshuffle.format.naming import new_file_name
+from arrowshuffle.readers.manifest_io import load_manifest
 from arrowshuffle.readers.storage import resolve
-from arrowshuffle.writers.dataset_writer import commit_dataset, prepare_directory, write_manifest
+from arrowshuffle.writers.commit import commit_version
+from arrowshuffle.writers.dataset_writer import commit_dataset, prepare_directory
 
 #: The key that holds a third of the rows in the hot-key data.
 HOT_KEY = 42
@@ -179,11 +181,11 @@ def synthetic_manifest(num_files: int, n: int, seed: int) -> Manifest:
 def planning_time(args: argparse.Namespace, work: Path) -> dict[str, Any]:
     path = work / "synthetic"
     path.mkdir()
-    write_manifest(
-        resolve(str(path), None),
-        synthetic_manifest(args.plan_files, args.plan_subpartitions, args.seed),
-    )
-    raw = (path / "_arrowshuffle_manifest.json").read_bytes()
+    directory = resolve(str(path), None)
+    manifest = synthetic_manifest(args.plan_files, args.plan_subpartitions, args.seed)
+    # Committed as version 1, as a writer would: an open lists the versions and reads it.
+    commit_version(directory, lambda _: manifest, operation="write")
+    raw = load_manifest(directory).raw
 
     def timed(work: Any) -> tuple[list[float], Any]:
         seconds, result = [], None

@@ -107,6 +107,7 @@ class S3RequestLog:
             "path": unquote(environ.get("PATH_INFO", "")),
             "query": environ.get("QUERY_STRING", ""),
             "range": environ.get("HTTP_RANGE"),
+            "if_none_match": environ.get("HTTP_IF_NONE_MATCH"),
             "status": None,
             "bytes": 0,
         }

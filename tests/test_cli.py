@@ -14,6 +14,7 @@ import pyarrow as pa
 import pyarrow.csv as pcsv
 import pyarrow.parquet as pq
 import pytest
+from manifest_edits import replace_manifest
 
 import arrowshuffle
 from arrowshuffle import cli as cli_module
@@ -585,9 +586,7 @@ def test_validate_dataset_with_a_damaged_chunk_needs_deep(dataset_dir: Any) -> N
 
 
 def test_validate_and_inspect_damaged_manifest_exit_1(dataset_dir: Any) -> None:
-    # The version in force; the copy _arrowshuffle_manifest.json is for older readers.
-    (manifest,) = (Path(dataset_dir.url) / "_arrowshuffle_versions").iterdir()
-    manifest.write_text("{not json")
+    replace_manifest(dataset_dir.url, b"{not json")
     result = run("validate", dataset_dir.url)
     assert result.returncode == 1
     assert result.stdout.startswith(f"INVALID {dataset_dir.url}: [M1] ")

@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 import pytest
 from dataset_factory import WrittenDataset, write_dataset
+from manifest_edits import replace_manifest
 
 import arrowshuffle
 from arrowshuffle.cli import main
@@ -177,7 +178,7 @@ def test_usage_and_storage_errors_exit_2_without_traceback(tmp_path: Path) -> No
 
 def test_damaged_manifest_exit_1(tmp_path: Path) -> None:
     damaged = write_dataset(str(tmp_path / "ds"), num_files=1)
-    (Path(damaged.url) / "_arrowshuffle_manifest.json").write_text("{not json")
+    replace_manifest(damaged.url, b"{not json")
     result = run("plan", damaged.url)
     assert result.returncode == 1
     assert result.stderr.startswith(f"INVALID {damaged.url}: [M1] ")

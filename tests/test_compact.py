@@ -1,4 +1,8 @@
-"""Compaction: merged files hold the same rows, validate, and replace the old ones atomically."""
+"""Compaction: merged files hold the same rows, validate, and replace the old ones atomically.
+
+A compaction commits a new manifest version; the files it replaced stay for readers of the
+earlier version until vacuum expires it.
+"""
 
 from __future__ import annotations
 
@@ -23,16 +27,23 @@ from dataset_factory import write_dataset as write_test_dataset
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from index_edits import reencode
+from manifest_edits import manifest_in_force, read_manifest_bytes, replace_manifest
 
 import arrowshuffle
 from arrowshuffle.cli import main
 from arrowshuffle.format.manifest import decode_manifest
-from arrowshuffle.format.naming import MANIFEST_NAME, new_file_name
+from arrowshuffle.format.naming import MANIFEST_NAME, VERSIONS_DIR, new_file_name, version_name
 from arrowshuffle.writers.dataset_writer import commit_dataset, prepare_directory
 from arrowshuffle.writers.file_writer import ShuffleFileWriter
 
 TESTS = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(TESTS)
+#: What commits put beside the pairs: the manifest versions and the compatibility copy.
+COMMITTED = {VERSIONS_DIR, MANIFEST_NAME}
+
+
+def _listed(manifest: Any) -> set[str]:
+    return {n for f in manifest.files for n in (f.data, f.index)}
 
 
 def _multisets(url: str, storage: dict[str, Any] | None = None) -> dict[int, pa.Table]:
@@ -65,6 +76,7 @@ def test_round_trip_local(tmp_path):
         url, num_files=6, num_subpartitions=7, broadcast_batches=[2], compression="lz4"
     )
     before = _multisets(url)
+    reader = arrowshuffle.open_dataset(url)  # opened before the compaction
     report = arrowshuffle.compact(url, target_file_size=40_000, memory=6000)
     assert report.files_before == 6 and report.files_after < 6
     assert report.bytes_read > 0 and report.bytes_written > 0
@@ -75,28 +87,39 @@ def test_round_trip_local(tmp_path):
     assert broadcast.num_rows > 0
     merged = dataset.file(0)
     assert merged.num_regions > 1  # the memory bound split the group into several regions
-    # Old files are gone; only the listed pairs and the manifest remain.
-    listed = {n for f in dataset.manifest.files for n in (f.data, f.index)}
-    assert set(os.listdir(url)) == listed | {MANIFEST_NAME}
+    assert (reader.version, dataset.version) == (1, 2)
+    assert dataset.manifest.operation == "compact"
+    # The old files stay for the reader opened before, which still reads its rows.
+    old, listed = _listed(written.manifest), _listed(dataset.manifest)
+    assert set(os.listdir(url)) == old | listed | COMMITTED
+    assert {s: canonical(reader.read(s)) for s in before} == before
+    # Vacuum without a grace period removes exactly them (and version 1, which listed them).
+    removed = arrowshuffle.vacuum(url, older_than=0).removed
+    assert set(removed) == (old - listed) | {f"{VERSIONS_DIR}/{version_name(1)}"}
+    assert set(os.listdir(url)) == listed | COMMITTED
 
 
 def test_nothing_to_merge_keeps_manifest(tmp_path):
     url = str(tmp_path / "ds")
     write_test_dataset(url, num_files=3)
-    manifest = (tmp_path / "ds" / MANIFEST_NAME).read_bytes()
+    in_force = manifest_in_force(url)
+    manifest = in_force.read_bytes()
     report = arrowshuffle.compact(url, target_file_size=1)
     assert report.files_after == 3 and not report.written
-    assert (tmp_path / "ds" / MANIFEST_NAME).read_bytes() == manifest
+    assert manifest_in_force(url) == in_force  # no version committed
+    assert in_force.read_bytes() == manifest
 
 
 def test_cli_dry_run_and_json(tmp_path, capsys):
     url = str(tmp_path / "ds")
     write_test_dataset(url, num_files=4)
-    manifest = (tmp_path / "ds" / MANIFEST_NAME).read_bytes()
+    in_force = manifest_in_force(url)
+    manifest = in_force.read_bytes()
     assert main(["compact", url, "--dry-run"]) == 0
     out = capsys.readouterr().out
     assert "would merge 4 of 4 files into 1" in out and "0-3" in out
-    assert (tmp_path / "ds" / MANIFEST_NAME).read_bytes() == manifest
+    assert manifest_in_force(url) == in_force  # no version committed
+    assert in_force.read_bytes() == manifest
     assert main(["compact", url, "--target-file-size", "1GiB", "--json"]) == 0
     doc = json.loads(capsys.readouterr().out)
     assert doc["files_before"] == 4 and doc["files_after"] == 1 and not doc["dry_run"]
@@ -150,6 +173,8 @@ def test_round_trip_s3_and_fewer_requests(s3_endpoint, s3_bucket):
     before = _multisets(url, storage)
 
     def consumer_gets() -> int:
+        # Opening is 2 GETs (the listing of the versions, the version in force), then an
+        # index and a data GET per file: 2 + 2 * 8 before, 2 + 2 after.
         s3_endpoint.log.clear()
         table = arrowshuffle.open_dataset(url, storage).read(range(2, 4))
         assert table.num_rows > 0
@@ -160,10 +185,20 @@ def test_round_trip_s3_and_fewer_requests(s3_endpoint, s3_bucket):
     assert report.files_after == 1
     gets_after = consumer_gets()
     assert gets_after < gets_before / 3, (gets_before, gets_after)
+    assert (gets_before, gets_after) == (2 + 2 * 8, 2 + 2)
     _check_compacted(url, before, storage)
     fs = fsspec.filesystem("s3", **storage)
-    names = {p.rsplit("/", 1)[-1] for p in fs.ls(url, detail=False)}
-    assert len(names) == 3  # the manifest and one pair
+
+    def names() -> set[str]:
+        return {p.rsplit("/", 1)[-1] for p in fs.ls(url, detail=False, refresh=True)}
+
+    # The 8 replaced pairs stay until vacuum expires the version listing them.
+    assert len(names()) == 2 * 8 + 2 + len(COMMITTED)
+    arrowshuffle.vacuum(url, older_than=0, storage_options=storage)
+    assert len(names() - COMMITTED) == 2  # one pair
+    assert fs.ls(f"{url}/{VERSIONS_DIR}", detail=False, refresh=True) == [
+        f"{url.removeprefix('s3://')}/{VERSIONS_DIR}/{version_name(2)}"
+    ]
 
 
 # ---------------------------------------------------------------------- properties
@@ -223,7 +258,7 @@ def test_property_rows_unchanged(case):
         url = os.path.join(tmp, "ds")
         _write_mixed(url, case)
         before = _multisets(url)
-        manifest = decode_manifest(Path(url, MANIFEST_NAME).read_bytes())
+        manifest = decode_manifest(read_manifest_bytes(url))
         arrowshuffle.compact(url, target_file_size=case["target"], memory=case["memory"])
         dataset = _check_compacted(url, before)
         assert dataset.manifest.sizes == manifest.sizes
@@ -248,7 +283,15 @@ _CHILD = textwrap.dedent(
 
 
 def _snapshot(url: str) -> dict[str, bytes]:
-    return {name: Path(url, name).read_bytes() for name in os.listdir(url)}
+    """Every file of the dataset directory, the manifest versions included, by relative name."""
+    root = Path(url)
+    return {str(p.relative_to(root)): p.read_bytes() for p in root.rglob("*") if p.is_file()}
+
+
+def _restore(url: str, snapshot: dict[str, bytes]) -> None:
+    for name, data in snapshot.items():
+        Path(url, name).parent.mkdir(parents=True, exist_ok=True)
+        Path(url, name).write_bytes(data)
 
 
 def _run_child(url: str, kill_after: int | None, fraction: float) -> int:
@@ -288,35 +331,44 @@ def test_killed_compaction_leaves_old_or_new(tmp_path):
     write_test_dataset(template, num_files=8, num_subpartitions=6, broadcast_batches=[3])
     before = _multisets(template)
     original = _snapshot(template)
-    old_manifest = original[MANIFEST_NAME]
+    old_version = str(manifest_in_force(template).relative_to(template))
+    assert old_version == f"{VERSIONS_DIR}/{version_name(1)}"
+    old_listed = _listed(decode_manifest(original[old_version]))
     # One full run counts the progress lines, so that kill points cover the whole protocol.
     calibrate = str(tmp_path / "calibrate")
-    os.makedirs(calibrate)
-    for name, data in original.items():
-        Path(calibrate, name).write_bytes(data)
+    _restore(calibrate, original)
     total = _run_child(calibrate, None, 0.0)
     assert total > 5
     outcomes = set()
     for trial in range(7):
         url = str(tmp_path / f"trial{trial}")
-        os.makedirs(url)
-        for name, data in original.items():
-            Path(url, name).write_bytes(data)
+        _restore(url, original)
         _run_child(url, rng.randint(0, total), rng.random())
         state = _snapshot(url)
-        if state[MANIFEST_NAME] == old_manifest:
+        # Whichever version is in force, version 1 and every file it lists are untouched:
+        # no commit removes a file a version lists.
+        for name in {old_version} | old_listed:
+            assert state[name] == original[name], name
+        in_force = str(manifest_in_force(url).relative_to(url))
+        if in_force == old_version:
             outcomes.add("old")
-            listed = {n for f in decode_manifest(old_manifest).files for n in (f.data, f.index)}
-            for name in listed:
-                assert state[name] == original[name], name
+            assert arrowshuffle.open_dataset(url).version == 1
             assert arrowshuffle.validate_dataset(url, deep=True).ok
         else:
             outcomes.add("new")
-            _check_compacted(url, before)
-        # Whatever was left behind, compacting again finishes the job.
+            assert in_force == f"{VERSIONS_DIR}/{version_name(2)}"
+            dataset = _check_compacted(url, before)
+            assert dataset.version == 2 and dataset.manifest.operation == "compact"
+        assert _multisets(url) == before
+        # Whatever was left behind, compacting again finishes the job, and vacuum leaves
+        # exactly the files of the version in force.
         arrowshuffle.compact(url, target_file_size=30000, memory=3000)
-        _check_compacted(url, before)
-    # With this seed the kills land both before and after the manifest is replaced.
+        arrowshuffle.vacuum(url, older_than=0)
+        dataset = _check_compacted(url, before)
+        assert {str(p.relative_to(url)) for p in Path(url).iterdir()} == (
+            _listed(dataset.manifest) | COMMITTED
+        )
+    # With this seed the kills land both before and after the new version is created.
     assert outcomes == {"old", "new"}, outcomes
 
 
@@ -404,11 +456,10 @@ def test_a_chunk_whose_bytes_are_not_its_messages_is_refused_as_v17(tmp_path):
 
     from arrowshuffle.format.crc import crc32c
     from arrowshuffle.format.index import ENTRY_DTYPE, decode_index, index_checksum
-    from arrowshuffle.format.manifest import encode_manifest
 
     url = str(tmp_path / "ds")
     write_test_dataset(url, num_files=2, num_subpartitions=3)
-    manifest_path = tmp_path / "ds" / MANIFEST_NAME
+    manifest_path = manifest_in_force(url)
     manifest = decode_manifest(manifest_path.read_bytes())
     victim = manifest.files[0]
     data_path, index_path = tmp_path / "ds" / victim.data, tmp_path / "ds" / victim.index
@@ -425,10 +476,12 @@ def test_a_chunk_whose_bytes_are_not_its_messages_is_refused_as_v17(tmp_path):
     index_path.write_bytes(raw)
     listed = dataclasses.replace(victim, index_crc32c=index_checksum(raw))
     manifest = dataclasses.replace(manifest, files=(listed, *manifest.files[1:]))
-    manifest_path.write_bytes(encode_manifest(manifest))
+    replace_manifest(url, manifest)
     before = manifest_path.read_bytes()
+    assert arrowshuffle.validate_dataset(url).ok  # only a deep check of chunks tells
 
     with pytest.raises(arrowshuffle.CorruptFileError) as caught:
         arrowshuffle.compact(url, target_file_size=1 << 30)
     assert caught.value.rule == "V17"
-    assert manifest_path.read_bytes() == before  # nothing was replaced
+    assert manifest_in_force(url) == manifest_path  # nothing was replaced
+    assert manifest_path.read_bytes() == before

@@ -22,20 +22,20 @@ from dataset_factory import (
 )
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from manifest_edits import manifest_in_force, replace_manifest
 
 from arrowshuffle.format.errors import (
     CorruptFileError,
     InvalidOptionError,
     MissingObjectError,
 )
-from arrowshuffle.format.naming import MANIFEST_NAME
 from arrowshuffle.readers.assign import assign
 from arrowshuffle.readers.dataset import ShuffleDataset, open_dataset, open_shuffle
 from arrowshuffle.readers.file_reader import ShuffleFile, open_file
 from arrowshuffle.readers.scheduler import ReadOptions
 from arrowshuffle.readers.selection import Selection
 from arrowshuffle.readers.validate_dataset import validate_dataset
-from arrowshuffle.writers.dataset_writer import prepare_directory, write_manifest
+from arrowshuffle.writers.dataset_writer import prepare_directory
 
 N = 8
 
@@ -219,16 +219,15 @@ def test_empty_dataset_reads_as_an_empty_table(tmp_path):
 
 def test_a_manifest_that_disagrees_with_an_index_is_refused(tmp_path):
     ds = write_dataset(str(tmp_path / "ds"), num_files=2, num_subpartitions=4)
-    directory = prepare_directory(ds.url, None)
     first = ds.manifest.files[0]
     wrong_rows = dataclasses.replace(first, rows=first.rows + 1)
-    write_manifest(
-        directory, dataclasses.replace(ds.manifest, files=(wrong_rows, ds.manifest.files[1]))
+    replace_manifest(
+        ds.url, dataclasses.replace(ds.manifest, files=(wrong_rows, ds.manifest.files[1]))
     )
     dataset = open_dataset(ds.url)
     with pytest.raises(CorruptFileError, match=r"\[M7\].*manifest lists"):
         dataset.read(0)
-    assert (tmp_path / "ds" / MANIFEST_NAME).exists()
+    assert manifest_in_force(tmp_path / "ds").exists()
 
 
 # ---------------------------------------------------------------------- dataset validation
@@ -244,7 +243,7 @@ def fresh(tmp_path) -> WrittenDataset:
 
 
 def _rewrite_manifest(ds: WrittenDataset, **changes) -> None:
-    write_manifest(prepare_directory(ds.url, None), dataclasses.replace(ds.manifest, **changes))
+    replace_manifest(ds.url, dataclasses.replace(ds.manifest, **changes))
 
 
 def test_a_valid_dataset_passes_and_reports_progress(fresh, tmp_path):
@@ -312,7 +311,7 @@ def test_an_index_listed_under_another_name_breaks_m3(fresh):
 
 
 def test_a_broken_manifest_is_reported_not_raised(fresh, tmp_path):
-    (tmp_path / "ds" / MANIFEST_NAME).write_text('{"kind": "something else"}')
+    replace_manifest(tmp_path / "ds", b'{"kind": "something else"}')
     report = validate_dataset(fresh.url)
     assert [v.rule for v in report.violations] == ["M1"] and report.files == []
     with pytest.raises(MissingObjectError, match="is not an arrowshuffle dataset"):

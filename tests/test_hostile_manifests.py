@@ -24,11 +24,12 @@ from typing import Any
 import fsspec
 import pytest
 from dataset_factory import WrittenDataset, write_dataset
+from manifest_edits import read_manifest_bytes, replace_manifest
 
 import arrowshuffle.cli
 from arrowshuffle.format.errors import CorruptFileError, FormatError, MissingObjectError
 from arrowshuffle.format.manifest import decode_manifest, encode_manifest
-from arrowshuffle.format.naming import MANIFEST_NAME
+from arrowshuffle.format.naming import VERSIONS_DIR
 from arrowshuffle.readers.dataset import open_dataset
 from arrowshuffle.readers.file_reader import FIRST_FETCH_LIMIT
 from arrowshuffle.readers.validate_dataset import MANIFEST_RULES, validate_dataset
@@ -244,7 +245,7 @@ def local(tmp_path: Path) -> tuple[WrittenDataset, Path, bytes]:
     ds = write_dataset(str(tmp_path / "ds"), num_files=2, num_subpartitions=4, seed=3)
     for name in ("sentinel.arrow", "sentinel.arrow.idx"):
         (tmp_path / name).mkdir()
-    good = (tmp_path / "ds" / MANIFEST_NAME).read_bytes()
+    good = read_manifest_bytes(tmp_path / "ds")
     return ds, tmp_path / "ds", good
 
 
@@ -270,7 +271,7 @@ def test_a_hostile_manifest_is_refused_everywhere(
     raw: bool,
 ) -> None:
     _, directory, good = local
-    (directory / MANIFEST_NAME).write_bytes(hostile_bytes(good, edit, raw))
+    replace_manifest(directory, hostile_bytes(good, edit, raw))
     root = directory.parent
 
     with _OPENS.watch() as opened:
@@ -296,7 +297,7 @@ def test_the_command_line_refuses_deep_nesting_in_one_line(
     local: tuple[WrittenDataset, Path, bytes],
 ) -> None:
     _, directory, _ = local
-    (directory / MANIFEST_NAME).write_bytes(deep_nesting(b""))
+    replace_manifest(directory, deep_nesting(b""))
     status, out, err = run_cli("validate", str(directory))
     assert status == 1
     assert out == f"INVALID {directory}: [M1] manifest nests arrays and objects 100000 deep, " + (
@@ -317,7 +318,7 @@ def test_a_duplicated_pair_is_not_read_twice(local: tuple[WrittenDataset, Path, 
     ds, directory, good = local
     rows = open_dataset(directory).read().num_rows
     assert rows == ds.manifest.total_rows
-    (directory / MANIFEST_NAME).write_bytes(hostile_bytes(good, same_pair_twice, False))
+    replace_manifest(directory, hostile_bytes(good, same_pair_twice, False))
     with pytest.raises(FormatError, match=r"\[M8\]"):
         open_dataset(directory)
 
@@ -329,7 +330,7 @@ def rewrite(ds: WrittenDataset, directory: Path, **changes: Any) -> None:
     files = list(ds.manifest.files)
     files[0] = dataclasses.replace(files[0], **changes)
     manifest = dataclasses.replace(ds.manifest, files=tuple(files))
-    (directory / MANIFEST_NAME).write_bytes(encode_manifest(manifest))
+    replace_manifest(directory, manifest)
 
 
 @pytest.mark.parametrize(
@@ -375,7 +376,7 @@ def test_two_hundred_thousand_missing_files_are_opened_lazily_and_reported_quick
     raw = big_manifest(ds, 200_000)
     started = time.perf_counter()
     assert len(decode_manifest(raw).files) == 200_000
-    (directory / MANIFEST_NAME).write_bytes(raw)
+    replace_manifest(directory, raw)
     with _OPENS.watch() as opened:
         dataset = open_dataset(directory)
     assert dataset.num_files == 200_000
@@ -424,8 +425,9 @@ def remote(s3_endpoint: Any, s3_bucket: str) -> Iterator[tuple[WrittenDataset, A
     yield ds, fs, bucket
 
 
-def put_manifest(fs: Any, bucket: str, payload: bytes) -> None:
-    fs.pipe(f"{bucket}/ds/{MANIFEST_NAME}", payload)
+def put_manifest(ds: WrittenDataset, payload: bytes) -> None:
+    """Put ``payload`` in place of the dataset's manifest in force."""
+    replace_manifest(ds.url, payload, ds.storage_options)
 
 
 def requests_outside(log: Any, bucket: str) -> list[dict[str, Any]]:
@@ -446,11 +448,11 @@ def requests_outside(log: Any, bucket: str) -> list[dict[str, Any]]:
 def test_names_that_leave_the_prefix_make_no_request_outside_it(
     s3_endpoint: Any, remote: tuple[WrittenDataset, Any, str], name: str
 ) -> None:
-    ds, fs, bucket = remote
+    ds, _, bucket = remote
     options = s3_endpoint.storage_options()
     doc = json.loads(encode_manifest(ds.manifest))
     name_of(1, name)(doc)
-    put_manifest(fs, bucket, json.dumps(doc).encode())
+    put_manifest(ds, json.dumps(doc).encode())
     s3_endpoint.log.clear()
     with pytest.raises(FormatError) as caught:
         open_dataset(ds.url, options).read()
@@ -465,15 +467,18 @@ def test_names_that_leave_the_prefix_make_no_request_outside_it(
 def test_a_duplicated_pair_on_s3_is_refused_before_any_file_is_read(
     s3_endpoint: Any, remote: tuple[WrittenDataset, Any, str]
 ) -> None:
-    ds, fs, bucket = remote
+    ds, _, bucket = remote
     options = s3_endpoint.storage_options()
     doc = json.loads(encode_manifest(ds.manifest))
     same_pair_twice(doc)
-    put_manifest(fs, bucket, json.dumps(doc).encode())
+    put_manifest(ds, json.dumps(doc).encode())
     s3_endpoint.log.clear()
     with pytest.raises(FormatError, match=r"\[M8\]"):
         open_dataset(ds.url, options)
-    assert all(r["path"].endswith(MANIFEST_NAME) for r in s3_endpoint.log.requests())
+    # Finding the version in force (one listing of the versions) and reading it: nothing else.
+    listing, *gets = s3_endpoint.log.requests()
+    assert listing["method"] == "GET" and f"prefix=ds%2F{VERSIONS_DIR}" in listing["query"]
+    assert gets and all(r["path"].startswith(f"/{bucket}/ds/{VERSIONS_DIR}/") for r in gets)
 
 
 def range_end(record: dict[str, Any]) -> int:
@@ -497,11 +502,11 @@ def range_end(record: dict[str, Any]) -> int:
 def test_hostile_listed_sizes_on_s3_request_nothing_large(
     s3_endpoint: Any, remote: tuple[WrittenDataset, Any, str], changes: dict[str, int], rule: str
 ) -> None:
-    ds, fs, bucket = remote
+    ds, _, _ = remote
     options = s3_endpoint.storage_options()
     files = list(ds.manifest.files)
     files[0] = dataclasses.replace(files[0], **changes)
-    put_manifest(fs, bucket, encode_manifest(dataclasses.replace(ds.manifest, files=tuple(files))))
+    put_manifest(ds, encode_manifest(dataclasses.replace(ds.manifest, files=tuple(files))))
     dataset = open_dataset(ds.url, options)
     s3_endpoint.log.clear()
     with pytest.raises(CorruptFileError) as caught:
@@ -528,7 +533,7 @@ def test_reading_one_file_of_a_dataset_touches_only_its_objects(
 
 
 @pytest.mark.s3
-def test_remote_validation_costs_one_listing_and_at_most_three_gets_per_file(
+def test_remote_validation_costs_two_listings_and_at_most_three_gets_per_file(
     s3_endpoint: Any, remote: tuple[WrittenDataset, Any, str]
 ) -> None:
     ds, fs, bucket = remote
@@ -541,7 +546,9 @@ def test_remote_validation_costs_one_listing_and_at_most_three_gets_per_file(
     requests = s3_endpoint.log.requests()
     assert {r["method"] for r in requests} == {"GET"}, "no metadata (HEAD) request per file"
     listings = [r for r in requests if r["path"].rstrip("/") == f"/{bucket}"]
-    assert len(listings) == 1
+    # One listing of the versions finds the manifest in force; one of the directory gives sizes.
+    assert len(listings) == 2
+    assert sum(f"prefix=ds%2F{VERSIONS_DIR}%2F" in r["query"] for r in listings) == 1
     for f in ds.manifest.files[:2]:
         assert len([r for r in requests if r["path"].endswith("/" + f.index)]) == 1
         # Both ends in one round trip; a file smaller than the tail is one GET.

@@ -3,8 +3,10 @@
 A subprocess writes in a loop and is killed at a point drawn from a seeded generator: after 0-2
 complete writes, a random fraction into the next one. What a
 reader can see afterwards is checked against what was committed before: a single file is absent
-or complete, and a dataset is exactly its old or exactly its new committed state. Then
-``vacuum(older_than=0)`` leaves the committed files only, and the data reads the same.
+or complete, and a dataset is exactly its old or exactly its new committed state (judged by the
+manifest version in force), the old version's files untouched either way. Then
+``vacuum(older_than=0)`` leaves the files of the version in force only, and the data reads the
+same.
 """
 
 from __future__ import annotations
@@ -21,11 +23,12 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 import pytest
+from manifest_edits import manifest_in_force
 
 import arrowshuffle as ash
 from arrowshuffle.format.errors import MissingObjectError
 from arrowshuffle.format.manifest import decode_manifest
-from arrowshuffle.format.naming import MANIFEST_NAME
+from arrowshuffle.format.naming import MANIFEST_NAME, VERSIONS_DIR
 
 KILLS = 6
 #: Seconds a kill may wait before the first write completes (a write takes about this long).
@@ -144,11 +147,16 @@ def test_a_killed_file_writer_leaves_no_pair_or_a_complete_one(tmp_path: Path) -
 # ---------------------------------------------------------------------- datasets
 
 
+def in_force(path: Path) -> str:
+    """The name of the manifest version in force, relative to the dataset directory."""
+    return str(manifest_in_force(path).relative_to(path))
+
+
 def committed_bytes(path: Path) -> dict[str, bytes]:
-    """The manifest and every file it lists, with their bytes."""
-    manifest = (path / MANIFEST_NAME).read_bytes()
+    """The manifest version in force and every file it lists, with their bytes."""
+    manifest = manifest_in_force(path).read_bytes()
     names = {n for f in decode_manifest(manifest).files for n in (f.data, f.index)}
-    return {MANIFEST_NAME: manifest} | {name: (path / name).read_bytes() for name in names}
+    return {in_force(path): manifest} | {name: (path / name).read_bytes() for name in names}
 
 
 @pytest.fixture(scope="module")
@@ -169,7 +177,9 @@ def test_a_killed_dataset_writer_leaves_the_old_or_the_new_dataset(
     rows = 200_000
     new = pa.table({"tag": ["new"] * rows, "row": np.arange(rows, dtype=np.int64)})
     before = committed_bytes(old_dataset)
-    old_files = decode_manifest(before[MANIFEST_NAME]).files
+    old_version = in_force(old_dataset)
+    assert old_version.startswith(VERSIONS_DIR + "/")
+    old_files = decode_manifest(before[old_version]).files
     old_rows = sorted_rows(ash.open_dataset(str(old_dataset)).read())
     states = {"old": 0, "new": 0}
     for attempt in range(KILLS):
@@ -180,9 +190,12 @@ def test_a_killed_dataset_writer_leaves_the_old_or_the_new_dataset(
         report = ash.validate_dataset(str(path), deep=True)
         assert report.ok, report.to_dict()
         now = committed_bytes(path)
-        manifest = decode_manifest(now[MANIFEST_NAME])
+        version = in_force(path)
+        manifest = decode_manifest(now[version])
         data = sorted_rows(ash.open_dataset(str(path)).read())
-        if now[MANIFEST_NAME] == before[MANIFEST_NAME]:
+        # No commit removes what a version lists: the old version and its files are intact.
+        assert {name: (path / name).read_bytes() for name in before} == before
+        if version == old_version:
             states["old"] += 1
             assert now == before
             assert data.equals(old_rows)
@@ -195,12 +208,18 @@ def test_a_killed_dataset_writer_leaves_the_old_or_the_new_dataset(
             states["new"] += 1
             appended = len(manifest.files) - len(old_files)
             assert manifest.files[: len(old_files)] == old_files and appended >= 1
-            assert all(now[name] == before[name] for name in before if name != MANIFEST_NAME)
+            assert all(now[name] == before[name] for name in before if name != old_version)
             expected = pa.concat_tables([old_rows, *[new] * appended])
             assert data.equals(sorted_rows(expected))
 
         ash.vacuum(path, older_than=0)
-        assert set(os.listdir(path)) == set(now)
+        assert set(os.listdir(path)) == {n for n in now if n != version} | {
+            VERSIONS_DIR,
+            MANIFEST_NAME,
+        }
+        assert [f"{VERSIONS_DIR}/{n}" for n in os.listdir(path / VERSIONS_DIR)] == [version]
         assert committed_bytes(path) == now
+        # The copy for readers before versions holds the version in force (vacuum refreshes it).
+        assert (path / MANIFEST_NAME).read_bytes() == now[version]
         assert sorted_rows(ash.open_dataset(str(path)).read()).equals(data)
     assert states["new"] > 0, f"no commit landed before a kill: {states}"

@@ -12,12 +12,12 @@ from pathlib import Path
 
 import pyarrow as pa
 import pytest
+from manifest_edits import read_manifest_bytes, replace_manifest
 
 import arrowshuffle
 from arrowshuffle.format.errors import FormatError
-from arrowshuffle.format.manifest import decode_manifest, encode_manifest
+from arrowshuffle.format.manifest import decode_manifest
 from arrowshuffle.format.manifest_rules import check_file_agrees
-from arrowshuffle.format.naming import MANIFEST_NAME
 from arrowshuffle.format.partitioners import dataset_spec, is_recomputable
 from arrowshuffle.writers.api import write_dataset
 
@@ -27,12 +27,11 @@ def reseeded(tmp_path: Path) -> Path:
     table = pa.table({"key": pa.array(range(200), pa.int64()), "v": pa.array(range(200))})
     directory = tmp_path / "ds"
     write_dataset(table, directory, num_subpartitions=4, partitioner="hash", by=["key"], seed=42)
-    path = directory / MANIFEST_NAME
-    manifest = decode_manifest(path.read_bytes())
+    manifest = decode_manifest(read_manifest_bytes(directory))
     assert manifest.partitioner["seed"] == 42
     assert arrowshuffle.open_dataset(directory).read().num_rows == 200  # intact as written
     spec = dict(manifest.partitioner, seed=7)
-    path.write_bytes(encode_manifest(dataclasses.replace(manifest, partitioner=spec)))
+    replace_manifest(directory, dataclasses.replace(manifest, partitioner=spec))
     return directory
 
 
@@ -96,7 +95,7 @@ def test_a_python_forward_dataset_of_several_producers_validates(tmp_path: Path)
             producer_index=i,
             mode=mode,
         )
-    manifest = decode_manifest((directory / MANIFEST_NAME).read_bytes())
+    manifest = decode_manifest(read_manifest_bytes(directory))
     assert manifest.partitioner == {"name": "forward", "num_subpartitions": 4}
     assert arrowshuffle.validate_dataset(directory, deep=True).ok
     dataset = arrowshuffle.open_dataset(directory)

@@ -8,12 +8,11 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 import pytest
+from manifest_edits import read_manifest_bytes, replace_manifest
 
 import arrowshuffle as ash
 from arrowshuffle.format.errors import CorruptFileError
 from arrowshuffle.format.manifest import SubpartitionTotals, decode_manifest, encode_manifest
-from arrowshuffle.format.naming import MANIFEST_NAME
-from arrowshuffle.writers.dataset_writer import prepare_directory, write_manifest
 
 N = 6
 
@@ -35,7 +34,7 @@ def index_totals(path: Path) -> np.ndarray:
 
 
 def listed(path: Path) -> np.ndarray:
-    manifest = decode_manifest((path / MANIFEST_NAME).read_bytes())
+    manifest = decode_manifest(read_manifest_bytes(path))
     assert manifest.sizes is not None
     return np.array([manifest.sizes.bytes, manifest.sizes.rows], dtype=np.int64)
 
@@ -56,10 +55,10 @@ def test_commit_records_the_sums_of_the_indexes_and_append_adds_to_them(tmp_path
 def test_an_append_to_a_manifest_without_totals_records_none(tmp_path: Path) -> None:
     path = tmp_path / "ds"
     ash.write_dataset(table(0, 1000), path, num_subpartitions=N, by="k")
-    old = decode_manifest((path / MANIFEST_NAME).read_bytes())
-    write_manifest(prepare_directory(path, None), dataclasses.replace(old, sizes=None))
+    old = decode_manifest(read_manifest_bytes(path))
+    replace_manifest(path, dataclasses.replace(old, sizes=None))
     ash.write_dataset(table(1000, 1000), path, num_subpartitions=N, by="k", mode="append")
-    assert decode_manifest((path / MANIFEST_NAME).read_bytes()).sizes is None
+    assert decode_manifest(read_manifest_bytes(path)).sizes is None
     # Readers fall back to the indexes.
     sizes, rows = ash.open_dataset(path).subpartition_sizes()
     assert (np.stack([sizes, rows]) == index_totals(path)).all()
@@ -68,12 +67,12 @@ def test_an_append_to_a_manifest_without_totals_records_none(tmp_path: Path) -> 
 def test_totals_that_disagree_with_the_indexes_break_m9(tmp_path: Path) -> None:
     path = tmp_path / "ds"
     ash.write_dataset(table(0, 2000), path, num_subpartitions=N, by="k")
-    manifest = decode_manifest((path / MANIFEST_NAME).read_bytes())
+    manifest = decode_manifest(read_manifest_bytes(path))
     assert manifest.sizes is not None
     rows = list(manifest.sizes.rows)
     rows[2] += 1
     wrong = SubpartitionTotals(manifest.sizes.bytes, tuple(rows))
-    write_manifest(prepare_directory(path, None), dataclasses.replace(manifest, sizes=wrong))
+    replace_manifest(path, dataclasses.replace(manifest, sizes=wrong))
     report = ash.validate_dataset(path)
     assert [v.rule for v in report.violations] == ["M9"]
     assert "subpartition 2" in report.violations[0].message
@@ -99,7 +98,7 @@ def test_malformed_totals_are_refused_as_m1(tmp_path: Path, subpartitions: objec
 
     path = tmp_path / "ds"
     ash.write_dataset(table(0, 100), path, num_subpartitions=N, by="k")
-    doc = json.loads((path / MANIFEST_NAME).read_bytes())
+    doc = json.loads(read_manifest_bytes(path))
     doc["subpartitions"] = subpartitions
     with pytest.raises(CorruptFileError) as info:
         decode_manifest(json.dumps(doc).encode())
@@ -109,5 +108,5 @@ def test_malformed_totals_are_refused_as_m1(tmp_path: Path, subpartitions: objec
 def test_encode_decode_round_trip_keeps_totals(tmp_path: Path) -> None:
     path = tmp_path / "ds"
     ash.write_dataset(table(0, 100), path, num_subpartitions=N, by="k")
-    manifest = decode_manifest((path / MANIFEST_NAME).read_bytes())
+    manifest = decode_manifest(read_manifest_bytes(path))
     assert decode_manifest(encode_manifest(manifest)) == manifest

@@ -177,6 +177,7 @@ def test_spark_format_writer_refuses_range_without_shared_boundaries(
     with pytest.raises(Exception, match="boundaries that every Spark task shares"):
         writer.save(str(tmp_path / "ds"))
     assert not (tmp_path / "ds" / "_arrowshuffle_manifest.json").exists()
+    assert not (tmp_path / "ds" / "_arrowshuffle_versions").exists()  # nothing committed
 
 
 def test_spark_format_writer_refuses_rescale_without_num_producers(

@@ -610,7 +610,8 @@ def test_every_exported_error_is_in_the_tree() -> None:
 
     classes = [getattr(ash, n) for n in _error_classes() if "." not in n]
     classes.append(arrowshuffle.spark.SparkUnavailableError)
-    assert ash.MissingExtraError in classes and len(classes) == 11
+    assert ash.MissingExtraError in classes and ash.CommitConflictError in classes
+    assert len(classes) == 12
     for cls in classes:
         assert issubclass(cls, ash.ArrowShuffleError), cls
 

@@ -55,7 +55,11 @@ def drop_region(path: Path, which: int) -> None:
 
 
 def one_file_dataset(path: Path) -> Path:
-    """A dataset directory that lists the pair at ``path`` exactly as its index describes it."""
+    """A dataset directory that lists the pair at ``path`` exactly as its index describes it.
+
+    Its single manifest, without a versions directory, is a dataset written before manifest
+    versions (read as version 0): the layout of the oldest writers on purpose.
+    """
     raw = Path(f"{path}.idx").read_bytes()
     index = decode_index(memoryview(raw))
     listed = ManifestFile(

@@ -17,6 +17,7 @@ import pytest
 from dataset_factory import canonical, expected_rows, read_whole_file, write_dataset
 
 from arrowshuffle.format.errors import MissingObjectError, ShuffleIOError
+from arrowshuffle.format.naming import MANIFEST_NAME, VERSIONS_DIR
 from arrowshuffle.readers.assign import assign
 from arrowshuffle.readers.dataset import open_dataset
 from arrowshuffle.readers.file_reader import open_file
@@ -45,19 +46,37 @@ def dataset(s3_endpoint, s3_bucket):
     return ds, tables
 
 
+def is_versions_listing(request) -> bool:
+    return f"prefix=ds%2F{VERSIONS_DIR}%2F" in request["query"]
+
+
 def summarize(log, data_sizes):
-    """Server-side requests by kind, after checking that every one was a GET."""
+    """Server-side requests by kind, after checking that every one was a GET.
+
+    Opening the dataset is one listing of its manifest versions and one GET of the version in
+    force (the compatibility copy ``_arrowshuffle_manifest.json`` is never read): both are
+    returned as ``opening``, with the index and data GETs. No other request is made.
+    """
     requests = log.requests()
     methods = Counter(r["method"] for r in requests)
     assert set(methods) <= {"GET"}, f"only GETs expected, found {dict(methods)}"
-    manifest = [r for r in requests if r["path"].endswith("_arrowshuffle_manifest.json")]
+    listings = [r for r in requests if is_versions_listing(r)]
+    versions = [r for r in requests if f"/ds/{VERSIONS_DIR}/" in r["path"]]
+    assert not [r for r in requests if r["path"].endswith(MANIFEST_NAME)]
     index = Counter(r["path"] for r in requests if r["path"].endswith(".idx"))
     data = [r for r in requests if r["path"].endswith(".arrow")]
+    assert len(listings) + len(versions) + sum(index.values()) + len(data) == len(requests)
     for r in data:
         size = data_sizes[posixpath.basename(r["path"])]
         assert r["range"] is not None, "a data file must never be fetched without a range"
         assert r["bytes"] < size, f"a GET of {r['bytes']} bytes from a {size}-byte data file"
-    return manifest, index, Counter(r["path"] for r in data)
+    return listings + versions, index, Counter(r["path"] for r in data)
+
+
+def opened_once(opening) -> bool:
+    """One request more than a single manifest cost: the listing that finds the version in
+    force, then the GET of that version."""
+    return [is_versions_listing(r) for r in opening] == [True, False]
 
 
 #: With merging off (``max_gap=0``), the two small ranges near the data file's ends that prove
@@ -79,8 +98,8 @@ def test_reading_a_selection_costs_few_ranged_gets(s3_endpoint, dataset, selecti
     got = open_dataset(ds.url, s3_endpoint.storage_options()).read(
         selection, options=ReadOptions(max_gap=max_gap)
     )
-    manifest, index, data = summarize(s3_endpoint.log, data_sizes_of(ds))
-    assert len(manifest) == 1
+    opening, index, data = summarize(s3_endpoint.log, data_sizes_of(ds))
+    assert opened_once(opening)
     assert len(index) == len(ds.manifest.files)
     assert max(index.values()) <= 2
     for f in ds.manifest.files:
@@ -126,8 +145,8 @@ def test_polars_reads_a_dataset_on_s3(s3_endpoint, dataset):
     options = s3_endpoint.storage_options()
     lazy = asp.scan(ds.url, [0, 5], storage_options=options)
     got = lazy.filter(pl.col("value") > 0).collect(engine="streaming")
-    manifest, index, _ = summarize(s3_endpoint.log, data_sizes_of(ds))
-    assert len(manifest) == 1 and max(index.values()) <= 2
+    opening, index, _ = summarize(s3_endpoint.log, data_sizes_of(ds))
+    assert opened_once(opening) and max(index.values()) <= 2
     want = pl.from_arrow(expected_rows(tables, [0, 5])).filter(pl.col("value") > 0)
     assert got.sort("id").equals(want.sort("id"))
     assert asp.scan(ds.data_urls[2], 3, storage_options=options).collect().height == (
@@ -207,7 +226,8 @@ def test_wrong_credentials_are_refused_clearly(s3_endpoint, dataset):
     try:
         got = open_dataset(ds.url, good).read(2)
         assert canonical(got).equals(canonical(expected_rows(tables, [2])))
-        with pytest.raises(ShuffleIOError, match=r"permission denied for s3://.*manifest"):
+        # Refused at the first request: the listing of the manifest versions.
+        with pytest.raises(ShuffleIOError, match=rf"permission denied for s3://.*/{VERSIONS_DIR}"):
             open_dataset(ds.url, bad)
         with pytest.raises(ShuffleIOError, match=r"permission denied for s3://.*\.idx"):
             open_file(ds.data_urls[0], bad)

@@ -33,7 +33,9 @@ from arrowshuffle.writers.file_writer import ShuffleFileWriter
 class RecordingFileSystem(MemoryFileSystem):
     """The in-memory file system, recording each ``cat_file`` (one ranged read) it serves."""
 
-    protocol = "recmem"
+    #: Also "memory": a dataset commit then creates its manifest version with the in-memory
+    #: file system's exclusive create, as on memory:// (other protocols are refused for commits).
+    protocol = ("recmem", "memory")
     reads: ClassVar[list[tuple[str, int | None, int | None]]] = []
     failures: ClassVar[dict[str, list[BaseException]]] = {}
     barrier: ClassVar[threading.Barrier | None] = None

@@ -49,11 +49,15 @@ from pyspark.sql.types import (
 
 import arrowshuffle.spark as ash_spark
 from arrowshuffle.format.errors import InvalidOptionError
-from arrowshuffle.format.naming import MANIFEST_NAME
+from arrowshuffle.format.naming import MANIFEST_NAME, VERSIONS_DIR, version_name
 from arrowshuffle.readers.dataset import open_dataset
 from arrowshuffle.spark.datasource import ArrowShuffleDataSource, plan_partitions
 from arrowshuffle.spark.options import parse_read_options, parse_write_options
 from arrowshuffle.spark.types import spark_arrow_schema, spark_schema
+from arrowshuffle.writers.vacuum import vacuum
+
+#: What commits put beside the pairs: the manifest versions and the compatibility copy.
+COMMITTED = {VERSIONS_DIR, MANIFEST_NAME}
 
 # --------------------------------------------------------------------------- shared data
 
@@ -259,12 +263,20 @@ def test_round_robin_partitioner_and_append_then_overwrite(spark, keys_df, tmp_p
     for i in range(dataset.num_files):
         sizes = [dataset.file(i).read(s).num_rows for s in range(3)]
         assert max(sizes) - min(sizes) <= 1
-    old_files = set(os.listdir(path)) - {MANIFEST_NAME}
+    old_files = {n for f in dataset.manifest.files for n in (f.data, f.index)}
+    assert set(os.listdir(path)) == old_files | COMMITTED
     source.limit(5).write.format("arrowshuffle").option("num_subpartitions", 3).option(
         "partitioner", "round_robin"
     ).mode("overwrite").save(path)
     assert spark.read.format("arrowshuffle").load(path).count() == 5
+    # The replaced files stay for the dataset opened before, which still reads all its rows,
+    # until vacuum removes exactly them (with versions 1 and 2, which listed them).
+    assert old_files < set(os.listdir(path))
+    assert dataset.version == 2 and dataset.read().num_rows == 480
+    removed = vacuum(path, older_than=0).removed
+    assert set(removed) == old_files | {f"{VERSIONS_DIR}/{version_name(v)}" for v in (1, 2)}
     assert not old_files & set(os.listdir(path))
+    assert spark.read.format("arrowshuffle").load(path).count() == 5
 
 
 @pytest.mark.spark
@@ -329,6 +341,7 @@ def test_save_modes(spark, keys_df, tmp_path):
             "partition_by", "int"
         ).save(path)
     assert not os.path.exists(os.path.join(path, MANIFEST_NAME))
+    assert not os.path.exists(os.path.join(path, VERSIONS_DIR))
     ash_spark.write(small, path, num_subpartitions=2, partition_by="int", mode="error")
     with pytest.raises(InvalidOptionError, match="already exists"):
         ash_spark.write(small, path, num_subpartitions=2, partition_by="int", mode="error")
@@ -496,7 +509,8 @@ def test_in_process_failed_attempt_leaves_nothing_and_retry_commits_once(tmp_pat
     assert dataset.num_files == 1
     assert dataset.num_rows == 50
     listed = {dataset.manifest.files[0].data, dataset.manifest.files[0].index}
-    assert set(os.listdir(path)) == listed | {MANIFEST_NAME}
+    assert set(os.listdir(path)) == listed | COMMITTED
+    assert os.listdir(path / VERSIONS_DIR) == [version_name(1)]  # committed once
 
 
 def test_arrow_to_spark_schema_maps_large_and_unsigned_types():

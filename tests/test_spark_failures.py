@@ -19,7 +19,7 @@ import pyarrow as pa
 import pytest
 
 import arrowshuffle.spark as ash_spark
-from arrowshuffle.format.naming import MANIFEST_NAME
+from arrowshuffle.format.naming import MANIFEST_NAME, VERSIONS_DIR, version_name
 from arrowshuffle.readers.dataset import open_dataset
 
 pytestmark = pytest.mark.spark
@@ -77,7 +77,8 @@ def write_failing(spark, path: str, how: str) -> None:
 
 
 def snapshot(path: Path) -> dict[str, bytes]:
-    return {name: (path / name).read_bytes() for name in sorted(os.listdir(path))}
+    """Every file under ``path`` (the manifest versions included) by relative name."""
+    return {str(p.relative_to(path)): p.read_bytes() for p in path.rglob("*") if p.is_file()}
 
 
 @pytest.mark.parametrize("how", ["raise", "exit"])
@@ -88,13 +89,14 @@ def test_a_task_dying_mid_write_leaves_the_previous_dataset_intact(
     good = spark.range(0, 100, numPartitions=2).selectExpr("id", "id % 13 AS k", "'x' AS pad")
     ash_spark.write(good, str(path), num_subpartitions=4, partition_by="k")
     before = snapshot(path)
+    assert f"{VERSIONS_DIR}/{version_name(1)}" in before
 
     with pytest.raises(Exception) as failure:
         write_failing(spark, str(path), how)
     if how == "raise":
         assert "injected failure in partition 1" in str(failure.value)
 
-    # Same manifest, same files, nothing else: the failed job left no trace.
+    # Same versions, same files, nothing else: the failed job left no trace.
     assert snapshot(path) == before
     assert open_dataset(str(path)).num_rows == 100
     assert spark.read.format("arrowshuffle").load(str(path)).count() == 100

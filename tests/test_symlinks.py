@@ -16,13 +16,14 @@ from pathlib import Path
 
 import pytest
 from dataset_factory import WrittenDataset, write_dataset
+from manifest_edits import manifest_in_force, replace_manifest
 
 import arrowshuffle as ash
 from arrowshuffle.cli import main
 from arrowshuffle.format.errors import FormatError
-from arrowshuffle.format.naming import INDEX_SUFFIX, MANIFEST_NAME
+from arrowshuffle.format.naming import INDEX_SUFFIX
 from arrowshuffle.readers.storage import resolve
-from arrowshuffle.writers.dataset_writer import read_manifest, write_manifest
+from arrowshuffle.writers.dataset_writer import read_manifest
 
 
 @pytest.fixture
@@ -54,7 +55,7 @@ def subdirectory_out(written: WrittenDataset, tmp_path: Path) -> Path:
     (root / "sub").symlink_to(sub, target_is_directory=True)
     moved = dataclasses.replace(first, data=f"sub/{first.data}", index=f"sub/{first.index}")
     manifest = dataclasses.replace(written.manifest, files=(moved, *written.manifest.files[1:]))
-    write_manifest(resolve(written.url), manifest)
+    replace_manifest(written.url, manifest)
     return sub
 
 
@@ -109,12 +110,14 @@ def test_compaction_refuses_and_changes_nothing(
     dataset: WrittenDataset, leading_out: str, tmp_path: Path
 ) -> None:
     root = Path(dataset.url)
-    manifest_before = (root / MANIFEST_NAME).read_bytes()
+    in_force = manifest_in_force(root)
+    manifest_before = in_force.read_bytes()
     outside_before = sorted(p.name for p in (tmp_path / "outside").rglob("*"))
     with pytest.raises(FormatError) as raised:
         ash.compact(dataset.url, target_file_size="1GiB")
     assert raised.value.rule == "M3"
-    assert (root / MANIFEST_NAME).read_bytes() == manifest_before
+    assert manifest_in_force(root) == in_force  # no version was committed
+    assert in_force.read_bytes() == manifest_before
     assert sorted(p.name for p in (tmp_path / "outside").rglob("*")) == outside_before
 
 

@@ -1,7 +1,9 @@
 """``vacuum``: what failed writers leave goes, the dataset stays byte for byte.
 
 Leftovers are made by really running the writers: a subprocess writes a pair it never commits,
-is in the middle of a data file, an index and a manifest, and is killed with SIGKILL.
+is in the middle of a data file, an index, a manifest version and the manifest's compatibility
+copy, and is killed with SIGKILL. The datasets have two versions (an overwrite, then an append):
+vacuum without a grace period also expires the first, which the second replaced.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 import pytest
+from manifest_edits import replace_manifest
 
 import arrowshuffle as ash
 from arrowshuffle.format.errors import (
@@ -26,7 +29,7 @@ from arrowshuffle.format.errors import (
     MissingObjectError,
 )
 from arrowshuffle.format.manifest import decode_manifest
-from arrowshuffle.format.naming import MANIFEST_NAME, new_file_name
+from arrowshuffle.format.naming import MANIFEST_NAME, VERSIONS_DIR, new_file_name, version_name
 from arrowshuffle.format.notation import parse_duration
 from arrowshuffle.readers.storage import resolve
 from arrowshuffle.writers.dataset_writer import commit_dataset
@@ -37,13 +40,13 @@ N = 4
 
 # Run by a subprocess that is killed once it prints "ready".
 KILLED_WRITER = r"""
-import sys, time
+import os, sys, time
 import numpy as np, pyarrow as pa
 from arrowshuffle import write
 from arrowshuffle.format.naming import INDEX_SUFFIX
 from arrowshuffle.writers.output import AtomicOutput
 from arrowshuffle.readers.storage import resolve
-from arrowshuffle.format.naming import MANIFEST_NAME
+from arrowshuffle.format.naming import MANIFEST_NAME, VERSIONS_DIR, version_name
 from arrowshuffle.format.naming import new_file_name
 from arrowshuffle.writers.file_writer import ShuffleFileWriter
 
@@ -60,7 +63,13 @@ writer._data.file.flush()
 index = AtomicOutput(directory.child(new_file_name(5)).sibling(INDEX_SUFFIX))
 index.file.write(b"partial index")
 index.file.flush()
-# A committer in the middle of the manifest.
+# A committer in the middle of its manifest version, before the link that creates it.
+versions = directory.child(VERSIONS_DIR)
+os.makedirs(versions.path, exist_ok=True)
+version = AtomicOutput(versions.child(version_name(3)))
+version.file.write(b'{"files": [')
+version.file.flush()
+# A committer in the middle of the compatibility copy.
 manifest = AtomicOutput(directory.child(MANIFEST_NAME))
 manifest.file.write(b'{"files": [')
 manifest.file.flush()
@@ -107,21 +116,39 @@ def rows(url: str, options: dict[str, Any] | None = None) -> pa.Table:
     )
 
 
+#: The first version of :func:`make_dataset`'s datasets, replaced by the append: vacuum without
+#: a grace period expires it (every file it lists is listed by the second).
+REPLACED = f"{VERSIONS_DIR}/{version_name(1)}"
+
+
 def committed(url: str, options: dict[str, Any] | None = None) -> dict[str, bytes]:
-    """The manifest and every file it lists, by name, with their bytes."""
+    """The manifest version in force, its compatibility copy and every file it lists, by name
+    (versions as ``_arrowshuffle_versions/<n>.json``), with their bytes."""
     directory = resolve(url, options)
     fs = directory.fs
-    manifest_bytes = fs.cat_file(directory.child(MANIFEST_NAME).path)
+    in_force = sorted(n for n in listing(url, options) if n.startswith(VERSIONS_DIR + "/"))[-1]
+    manifest_bytes = fs.cat_file(directory.child(in_force).path)
     names = {n for f in decode_manifest(manifest_bytes).files for n in (f.data, f.index)}
-    return {MANIFEST_NAME: manifest_bytes} | {
-        name: fs.cat_file(directory.child(name).path) for name in names
-    }
+    return {
+        in_force: manifest_bytes,
+        MANIFEST_NAME: fs.cat_file(directory.child(MANIFEST_NAME).path),
+    } | {name: fs.cat_file(directory.child(name).path) for name in names}
 
 
 def listing(url: str, options: dict[str, Any] | None = None) -> set[str]:
+    """Names in the dataset directory, and in its versions directory as ``<dir>/<name>``."""
     directory = resolve(url, options)
-    directory.fs.invalidate_cache(directory.path)
-    return {p.rstrip("/").rsplit("/", 1)[-1] for p in directory.fs.ls(directory.path, detail=False)}
+
+    def names(location: Any) -> set[str]:
+        directory.fs.invalidate_cache(location.path)
+        try:
+            found = directory.fs.ls(location.path, detail=False)
+        except FileNotFoundError:
+            return set()
+        return {p.rstrip("/").rsplit("/", 1)[-1] for p in found}
+
+    versions = {f"{VERSIONS_DIR}/{n}" for n in names(directory.child(VERSIONS_DIR))}
+    return (names(directory) - {VERSIONS_DIR}) | versions
 
 
 def set_back(path: Path, names: set[str], seconds: float) -> None:
@@ -149,8 +176,9 @@ def killed(tmp_path: Path) -> tuple[Path, dict[str, bytes], pa.Table, set[str]]:
     path = tmp_path / "ds"
     make_dataset(str(path))
     before, data = committed(str(path)), rows(str(path))
+    assert listing(str(path)) == set(before) | {REPLACED}
     run_and_kill(KILLED_WRITER, str(path))
-    leftovers = listing(str(path)) - set(before)
+    leftovers = listing(str(path)) - set(before) - {REPLACED}
     return path, before, data, leftovers
 
 
@@ -159,22 +187,30 @@ def killed(tmp_path: Path) -> tuple[Path, dict[str, bytes], pa.Table, set[str]]:
 
 def test_the_killed_writer_left_every_kind_of_leftover(killed):
     _, _, _, leftovers = killed
-    temps = {n.rsplit(".", 2)[0] for n in leftovers if n.startswith(".")}
-    kinds = sorted(
-        "manifest" if t == f".{MANIFEST_NAME}" else "index" if t.endswith(".idx") else "data"
-        for t in temps
-    )
-    assert kinds == ["data", "index", "manifest"]
-    pair = sorted(n for n in leftovers if not n.startswith("."))
+    temps = {n.rsplit(".", 2)[0] for n in leftovers if n.rsplit("/", 1)[-1].startswith(".")}
+
+    def kind(temp: str) -> str:
+        if temp == f".{MANIFEST_NAME}":
+            return "manifest"
+        if temp.startswith(f"{VERSIONS_DIR}/."):
+            return "version"
+        return "index" if temp.endswith(".idx") else "data"
+
+    assert sorted(kind(t) for t in temps) == ["data", "index", "manifest", "version"]
+    pair = sorted(n for n in leftovers if n.startswith("part-"))
     assert len(pair) == 2 and pair[1] == pair[0] + ".idx"
-    assert all(is_leftover(n) for n in leftovers)
+    # is_leftover judges names in the directory; the versions directory's temporaries are
+    # recognized by their target, a version (vacuum removes them: see the next test).
+    assert all(is_leftover(n) for n in leftovers if not n.startswith(VERSIONS_DIR + "/"))
 
 
 def test_older_than_zero_removes_leftovers_and_keeps_the_dataset(killed):
     path, before, data, leftovers = killed
     report = ash.vacuum(path, older_than=0)
     assert report.ok and not report.dry_run
-    assert set(report.removed) == leftovers and len(report.removed) == len(leftovers)
+    assert set(report.removed) == leftovers | {REPLACED}
+    assert len(report.removed) == len(leftovers) + 1
+    assert report.retained_versions == (2,)
     assert listing(str(path)) == set(before)
     assert committed(str(path)) == before
     assert rows(str(path)).equals(data)
@@ -186,8 +222,8 @@ def test_older_than_zero_removes_leftovers_and_keeps_the_dataset(killed):
 def test_dry_run_reports_the_same_names_and_removes_nothing(killed):
     path, before, _, leftovers = killed
     dry = ash.vacuum(str(path), older_than="0", dry_run=True)
-    assert dry.dry_run and set(dry.removed) == leftovers
-    assert listing(str(path)) == set(before) | leftovers
+    assert dry.dry_run and set(dry.removed) == leftovers | {REPLACED}
+    assert listing(str(path)) == set(before) | leftovers | {REPLACED}
     real = ash.vacuum(str(path), older_than="0")
     assert real.removed == dry.removed
 
@@ -196,13 +232,20 @@ def test_the_grace_period_keeps_fresh_leftovers(killed):
     path, before, _, leftovers = killed
     fresh = ash.vacuum(path)
     assert fresh.removed == () and set(fresh.recent) == leftovers
-    assert fresh.older_than == 3600
-    assert listing(str(path)) == set(before) | leftovers
+    assert fresh.older_than == 3600 and fresh.retained_versions == (1, 2)
+    assert listing(str(path)) == set(before) | leftovers | {REPLACED}
     set_back(path, leftovers, 2 * 3600)
     assert ash.vacuum(path, older_than=datetime.timedelta(hours=3)).removed == ()
     assert ash.vacuum(path, older_than="2.5h", dry_run=True).removed == ()
     assert set(ash.vacuum(path, older_than=7000, dry_run=True).removed) == leftovers
-    assert set(ash.vacuum(path).removed) == leftovers
+    # Version 1 was replaced (version 2 created) just now: it is retained.
+    last = ash.vacuum(path)
+    assert set(last.removed) == leftovers and last.retained_versions == (1, 2)
+    assert committed(str(path)) == before
+    assert listing(str(path)) == set(before) | {REPLACED}
+    # Once version 2 is older than the grace period, version 1 expires.
+    set_back(path, {f"{VERSIONS_DIR}/{version_name(2)}"}, 2 * 3600)
+    assert ash.vacuum(path).removed == (REPLACED,)
     assert committed(str(path)) == before
 
 
@@ -255,7 +298,7 @@ def test_names_writers_do_not_use_are_kept(tmp_path):
     outside = tmp_path / "part-00000-outside.arrow"
     outside.write_bytes(b"next to the dataset")
     report = ash.vacuum(path, older_than=0)
-    assert report.removed == ()
+    assert report.removed == (REPLACED,)  # the version the append replaced, nothing else
     assert listing(str(path)) == set(before) | others | {"sub"}
     assert (path / "sub" / "part-00000-x.arrow").exists() and outside.exists()
 
@@ -277,7 +320,7 @@ def test_a_directory_without_a_manifest_is_refused(tmp_path):
 
 def test_a_manifest_that_cannot_be_decoded_is_refused(killed):
     path, _, _, _ = killed
-    (path / MANIFEST_NAME).write_text('{"kind": "arrowshuffle-dataset"')
+    replace_manifest(path, b'{"kind": "arrowshuffle-dataset"')
     left = listing(str(path))
     with pytest.raises(FormatError, match=r"\[M1\] not vacuuming .* cannot be decoded") as info:
         ash.vacuum(path, older_than=0)
@@ -323,8 +366,9 @@ def test_cli_removes_and_prints_one_line_per_object(killed):
     dry = run_cli("vacuum", str(path), "--older-than", "0", "--dry-run")
     assert dry.returncode == 0, dry.stderr
     lines = dry.stdout.splitlines()
-    assert sorted(lines[:-1]) == sorted(f"would remove {path}/{n}" for n in leftovers)
-    assert lines[-1] == f"dry run of {path}: would remove {len(leftovers)} objects"
+    doomed = leftovers | {REPLACED}
+    assert sorted(lines[:-1]) == sorted(f"would remove {path}/{n}" for n in doomed)
+    assert lines[-1] == f"dry run of {path}: would remove {len(doomed)} objects"
     kept = run_cli("vacuum", str(path))
     assert kept.returncode == 0, kept.stderr
     assert kept.stdout.splitlines() == [
@@ -332,8 +376,8 @@ def test_cli_removes_and_prints_one_line_per_object(killed):
     ]
     done = run_cli("vacuum", str(path), "--older-than", "0")
     assert done.returncode == 0, done.stderr
-    assert sorted(done.stdout.splitlines()[:-1]) == sorted(f"removed {path}/{n}" for n in leftovers)
-    assert done.stdout.splitlines()[-1] == f"vacuumed {path}: removed {len(leftovers)} objects"
+    assert sorted(done.stdout.splitlines()[:-1]) == sorted(f"removed {path}/{n}" for n in doomed)
+    assert done.stdout.splitlines()[-1] == f"vacuumed {path}: removed {len(doomed)} objects"
     assert done.stderr == ""
     assert committed(str(path)) == before
 
@@ -345,7 +389,8 @@ def test_cli_json(killed):
     report = json.loads(result.stdout)
     assert report["ok"] is True and report["error"] is None and report["dry_run"] is False
     assert report["url"] == str(path) and report["older_than_seconds"] == 0
-    assert set(report["removed"]) == leftovers and report["recent"] == [] == report["failed"]
+    assert set(report["removed"]) == leftovers | {REPLACED}
+    assert report["recent"] == [] == report["failed"]
     assert listing(str(path)) == set(before)
 
 
@@ -368,7 +413,7 @@ def test_cli_exit_codes_without_traceback(tmp_path, killed):
     assert json.loads(refused.stdout)["ok"] is False
     assert MANIFEST_NAME in json.loads(refused.stdout)["error"]
     assert len(refused.stderr.strip().splitlines()) == 1
-    (path / MANIFEST_NAME).write_text("{not json")
+    replace_manifest(path, b"{not json")
     left = listing(str(path))
     corrupt = run_cli("vacuum", str(path), "--older-than", "0")
     assert corrupt.returncode == 1
@@ -422,13 +467,14 @@ def test_vacuum_on_object_storage(s3_endpoint, s3_bucket):
         writer.write(table("x", 0, 100), subpartitions=np.arange(100) % N)
         writer.flush_region()
         raise RuntimeError("the task fails")
-    assert listing(url, options) == set(before) | unlisted
+    assert listing(url, options) == set(before) | unlisted | {REPLACED}
 
     fresh = ash.vacuum(url, storage_options=options)
     assert fresh.removed == () and set(fresh.recent) == unlisted
+    assert fresh.retained_versions == (1, 2)
     dry = ash.vacuum(url, older_than=0, dry_run=True, storage_options=options)
-    assert set(dry.removed) == unlisted
-    assert listing(url, options) == set(before) | unlisted
+    assert set(dry.removed) == unlisted | {REPLACED}
+    assert listing(url, options) == set(before) | unlisted | {REPLACED}
     result = run_cli("vacuum", url, "--older-than", "0", "--json", *s3_flags(options))
     assert result.returncode == 0, result.stderr
     assert sorted(json.loads(result.stdout)["removed"]) == sorted(dry.removed)

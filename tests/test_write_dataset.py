@@ -27,8 +27,16 @@ def _data_files(path: Path) -> list[str]:
 def test_overwrite_then_append_from_polars(tmp_path: Path) -> None:
     path = tmp_path / "ds"
     ash.write_dataset(_frame(0, 50), path, num_subpartitions=4, by="k")
+    first = _data_files(path)
+    reader = ash.open_dataset(path)
     ash.write_dataset(_frame(1000, 30), path, num_subpartitions=4, by="k")  # overwrite
-    assert len(_data_files(path)) == 1
+    assert ash.open_dataset(path).num_files == 1
+    # The replaced file stays for the reader opened before, until vacuum removes exactly it.
+    assert len(first) == 1 and len(_data_files(path)) == 2 and first[0] in _data_files(path)
+    assert reader.read().num_rows == 50
+    removed = ash.vacuum(path, older_than=0).removed
+    assert sorted(n for n in removed if n.endswith(".arrow")) == first
+    assert len(_data_files(path)) == 1 and first[0] not in _data_files(path)
     ash.write_dataset(_frame(2000, 20).lazy(), path, num_subpartitions=4, by="k", mode="append")
     ds = ash.open_dataset(path)
     assert ds.num_files == 2 and ds.num_rows == 50
