@@ -80,7 +80,7 @@ def test_a_version_not_retained_is_a_clear_missing_object(tmp_path: Path) -> Non
     for i in range(3):
         ash.write_dataset(rows(i * 10, 10), path, num_subpartitions=N, by="k", mode="append")
     ash.vacuum(path, older_than=0)
-    with pytest.raises(MissingObjectError, match=r"no manifest version 1: versions 3 to 3"):
+    with pytest.raises(MissingObjectError, match=r"no manifest version 1: only version 3 is retained"):
         ash.open_dataset(path, version=1)
     with pytest.raises(InvalidOptionError, match="version must be an integer"):
         ash.open_dataset(path, version=-1)
@@ -291,3 +291,21 @@ def test_data_files_give_plain_engines_exactly_the_listed_files(tmp_path: Path) 
     assert len(list(path.glob("*.arrow"))) > len(dataset.data_files)
     old = ash.open_dataset(path, version=1)
     assert ids_of(pads.dataset(old.data_files, format="arrow").to_table()) == list(range(40))
+
+
+@pytest.mark.parametrize(
+    ("code", "expected"),
+    [(28, "ShuffleIOError"), (1, "InvalidOptionError"), (95, "InvalidOptionError")],
+)
+def test_a_failed_link_is_a_storage_error_unless_links_are_unsupported(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, code: int, expected: str
+) -> None:
+    # ENOSPC is a full disk (retry later); EPERM and EOPNOTSUPP mean no hard links at all.
+    def refuse(source: str, target: str) -> None:
+        raise OSError(code, os.strerror(code))
+
+    monkeypatch.setattr(os, "link", refuse)
+    location = resolve(str(tmp_path)).child(VERSIONS_DIR).child(version_name(1))
+    with pytest.raises(getattr(ash, expected)):
+        create_exclusive(location, b"{}")
+    assert os.listdir(tmp_path / VERSIONS_DIR) == []  # the temporary is gone either way

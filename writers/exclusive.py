@@ -17,6 +17,7 @@ refused rather than left to a race.
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import threading
 
@@ -27,6 +28,18 @@ from arrowshuffle.readers.storage import Location, is_precondition_failed, stora
 #: fsspec protocols whose ``pipe_file(..., mode="create")`` is a conditional PUT.
 _CONDITIONAL_PUT = frozenset({"s3", "s3a"})
 _MEMORY_LOCK = threading.Lock()
+#: What a file system without hard links answers to ``link`` (others are storage failures).
+_NO_LINKS = frozenset(
+    code
+    for code in (
+        errno.EPERM,
+        errno.ENOTSUP,
+        getattr(errno, "EOPNOTSUPP", errno.ENOTSUP),
+        errno.ENOSYS,
+        errno.EMLINK,
+        errno.EXDEV,
+    )
+)
 
 
 def protocols(location: Location) -> tuple[str, ...]:
@@ -93,9 +106,9 @@ def _link_into_place(path: str, payload: bytes) -> None:
             os.fsync(file.fileno())
         try:
             os.link(temp, path)
-        except FileExistsError:
-            raise
         except OSError as exc:
+            if exc.errno not in _NO_LINKS:
+                raise  # taken (FileExistsError), or a storage failure such as a full disk
             raise InvalidOptionError(
                 f"cannot commit to {path}: its file system refused a hard link ({exc}); a "
                 "dataset commit needs one to create a manifest version exclusively"
