@@ -53,7 +53,12 @@ from arrowshuffle.spark.options import (
 )
 from arrowshuffle.spark.pruning import prune
 from arrowshuffle.spark.types import conform, spark_arrow_schema, spark_schema, writer_arrow_schema
-from arrowshuffle.writers.dataset_writer import abort_dataset, check_commit, commit_dataset
+from arrowshuffle.writers.dataset_writer import (
+    abort_dataset,
+    check_commit,
+    commit_dataset,
+    prepare_directory,
+)
 from arrowshuffle.writers.file_writer import ShuffleFileWriter, WrittenFile
 
 try:  # the data source is built on pyspark's classes: importing it needs pyspark
@@ -263,7 +268,8 @@ class ArrowShuffleWriter(DataSourceArrowWriter):
         writer without Spark.
         """
         name = new_file_name(partition, attempt, job_id=self.job_id)
-        url = self._directory().child(name).url
+        # A dataset creates its directory (each task: a cluster's disks are not the driver's).
+        url = prepare_directory(self.options.path, self.options.storage_options).child(name).url
         # With a subpartition column the partitioner only names itself in the index.
         partitioner = build_partitioner(self.options, self.schema, producer_index=partition)
         writer: ShuffleFileWriter | None = None
