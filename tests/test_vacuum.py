@@ -369,8 +369,9 @@ def test_cli_removes_and_prints_one_line_per_object(killed):
     doomed = leftovers | {REPLACED}
     expiring = [line for line in lines[:-1] if line.startswith("would expire version ")]
     assert len(expiring) == 1  # the version the append replaced
+    assert expiring[0].endswith(f"({path}/{REPLACED})")
     files = [line for line in lines[:-1] if line not in expiring]
-    assert sorted(files) == sorted(f"would remove {path}/{n}" for n in doomed)
+    assert sorted(files) == sorted(f"would remove {path}/{n}" for n in leftovers)
     assert lines[-1].startswith(f"dry run of {path}: would remove {len(doomed)} objects")
     kept = run_cli("vacuum", str(path))
     assert kept.returncode == 0, kept.stderr
@@ -380,7 +381,7 @@ def test_cli_removes_and_prints_one_line_per_object(killed):
     done = run_cli("vacuum", str(path), "--older-than", "0")
     assert done.returncode == 0, done.stderr
     done_lines = [line for line in done.stdout.splitlines()[:-1] if "expired version" not in line]
-    assert sorted(done_lines) == sorted(f"removed {path}/{n}" for n in doomed)
+    assert sorted(done_lines) == sorted(f"removed {path}/{n}" for n in leftovers)
     assert done.stdout.splitlines()[-1].startswith(
         f"vacuumed {path}: removed {len(doomed)} objects"
     )
