@@ -372,7 +372,10 @@ def test_cli_removes_and_prints_one_line_per_object(killed):
     assert expiring[0].endswith(f"({path}/{REPLACED})")
     files = [line for line in lines[:-1] if line not in expiring]
     assert sorted(files) == sorted(f"would remove {path}/{n}" for n in leftovers)
-    assert lines[-1].startswith(f"dry run of {path}: would remove {len(doomed)} objects")
+    assert lines[-1] == (
+        f"dry run of {path}: would remove {len(leftovers)} objects, would expire version 1; "
+        "retained version 2"
+    )
     kept = run_cli("vacuum", str(path))
     assert kept.returncode == 0, kept.stderr
     assert kept.stdout.splitlines()[0].startswith(
@@ -383,7 +386,7 @@ def test_cli_removes_and_prints_one_line_per_object(killed):
     done_lines = [line for line in done.stdout.splitlines()[:-1] if "expired version" not in line]
     assert sorted(done_lines) == sorted(f"removed {path}/{n}" for n in leftovers)
     assert done.stdout.splitlines()[-1].startswith(
-        f"vacuumed {path}: removed {len(doomed)} objects"
+        f"vacuumed {path}: removed {len(leftovers)} objects, expired version 1"
     )
     assert done.stderr == ""
     assert committed(str(path)) == before
