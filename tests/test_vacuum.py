@@ -366,7 +366,6 @@ def test_cli_removes_and_prints_one_line_per_object(killed):
     dry = run_cli("vacuum", str(path), "--older-than", "0", "--dry-run")
     assert dry.returncode == 0, dry.stderr
     lines = dry.stdout.splitlines()
-    doomed = leftovers | {REPLACED}
     expiring = [line for line in lines[:-1] if line.startswith("would expire version ")]
     assert len(expiring) == 1  # the version the append replaced
     assert expiring[0].endswith(f"({path}/{REPLACED})")
