@@ -122,6 +122,8 @@ class FaultProxy:
         self.counts: collections.Counter[str] = collections.Counter()
         #: ``(fault, method, path, range)`` of every request, in arrival order.
         self.log: list[tuple[str, str, str, str | None]] = []
+        #: The (decoded) query string of each request in :attr:`log`, in the same order.
+        self.queries: list[str] = []
         self._rng = random.Random(seed)
         self._lock = threading.Lock()
         self._server = _QuietServer(("127.0.0.1", 0), self._handler_class())
@@ -156,7 +158,7 @@ class FaultProxy:
         if self._thread is not None:
             self._thread.join(timeout=10)
 
-    def _choose(self, method: str, path: str, byte_range: str | None) -> str:
+    def _choose(self, method: str, path: str, byte_range: str | None, query: str = "") -> str:
         with self._lock:
             fault = "forwarded"
             eligible = method == "GET" and (self.path_filter is None or self.path_filter(path))
@@ -165,6 +167,7 @@ class FaultProxy:
                 fault = self._rng.choice(self.faults)
             self.counts[fault] += 1
             self.log.append((fault, method, path, byte_range))
+            self.queries.append(query)
             return fault
 
     def _write_delay(self, method: str) -> float:
@@ -184,6 +187,9 @@ class FaultProxy:
 
         class Handler(BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
+            # Headers and body leave in separate writes: with Nagle's algorithm on, the body
+            # waits for the client's delayed ACK (some 40 ms per response).
+            disable_nagle_algorithm = True
 
             def log_message(self, format: str, *args: Any) -> None:
                 pass  # quiet: tests read the counts instead
@@ -194,8 +200,10 @@ class FaultProxy:
             do_HEAD = do_PUT = do_POST = do_DELETE = do_GET
 
             def _proxy(self) -> None:
-                path = urllib.parse.unquote(urllib.parse.urlsplit(self.path).path)
-                fault = proxy._choose(self.command, path, self.headers.get("Range"))
+                parts = urllib.parse.urlsplit(self.path)
+                path = urllib.parse.unquote(parts.path)
+                query = urllib.parse.unquote(parts.query)
+                fault = proxy._choose(self.command, path, self.headers.get("Range"), query)
                 if fault == "reset":
                     self._reset()
                     return
