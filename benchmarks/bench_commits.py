@@ -155,6 +155,7 @@ def worker(
     result: dict[str, Any] = {"role": role, "index": index}
     rng = random.Random(settings["seed"] * 1000 + index * 10 + BACKENDS.index(settings["backend"]))
     try:
+        warm_up(role, index, path, options, settings, Path(out_dir))
         ready.wait(timeout=settings["start_timeout"])
         started = time.monotonic()
         if role == "appender":
@@ -171,6 +172,36 @@ def worker(
         out.write_text(json.dumps(result, indent=1) + "\n")
 
 
+def warm_up(
+    role: str,
+    index: int,
+    path: str,
+    options: dict[str, Any] | None,
+    settings: dict[str, Any],
+    out_dir: Path,
+) -> None:
+    """Load what the first operation would (modules, the storage client) before the clock runs:
+    six processes doing that at once on a small machine take seconds."""
+    arrowshuffle.open_dataset(path, options).read()
+    if role == "appender":
+        scratch = out_dir / f"warm-up-{index}.arrow"
+        arrowshuffle.write(append_table(index + 1, 0), str(scratch), num_subpartitions=8, by="k")
+        scratch.unlink()
+        Path(f"{scratch}.idx").unlink()
+    elif role == "compactor":
+        arrowshuffle.compact(
+            path,
+            target_file_size=settings["target_file_size"],
+            storage_options=options,
+            dry_run=True,
+        )
+
+
+def event(begin: float, start: float, outcome: str) -> tuple[float, float, str]:
+    """``(start, seconds, outcome)`` of one operation, times from the worker's start."""
+    return (round(start - begin, 3), round(time.perf_counter() - start, 3), outcome)
+
+
 def appender(
     index: int,
     path: str,
@@ -183,7 +214,9 @@ def appender(
     proc = index + 1  # process 0 is the first commit
     failures = Tally()
     seconds: list[float] = []
+    events: list[tuple[float, float, str]] = []  # (start, seconds, outcome), from the start
     seq = attempted = 0
+    begin = time.perf_counter()
     with (
         open(out_dir / f"acknowledged-{proc}.log", "a") as acked,
         open(out_dir / f"failed-{proc}.log", "a") as failed,
@@ -206,12 +239,14 @@ def appender(
                 failures.add(exc)
                 failed.write(f"{append_key(proc, seq)}\n")
                 failed.flush()
+                events.append(event(begin, start, type(exc).__name__))
             else:
                 # Acknowledged: on disk before anything else happens.
                 acked.write(f"{append_key(proc, seq)}\n")
                 acked.flush()
                 os.fsync(acked.fileno())
                 seconds.append(time.perf_counter() - start)
+                events.append(event(begin, start, "acknowledged"))
             if settings["append_pause"]:
                 time.sleep(rng.uniform(0, settings["append_pause"]))
     return {
@@ -219,6 +254,7 @@ def appender(
         "acknowledged": len(seconds),
         "failed": failures.to_dict(),
         "median_s": statistics.median(seconds) if seconds else None,
+        "events": events,
     }
 
 
@@ -232,6 +268,8 @@ def compactor(
     aborted, failed = Tally(), Tally()
     attempted = committed = nothing = merged = 0
     seconds: list[float] = []
+    events: list[tuple[float, float, str]] = []
+    begin = time.perf_counter()
     while not stop.is_set():
         attempted += 1
         start = time.perf_counter()
@@ -241,6 +279,7 @@ def compactor(
             )
         except Exception as exc:
             (aborted if type(exc).__name__ == CONFLICT else failed).add(exc)
+            events.append(event(begin, start, type(exc).__name__))
         else:
             before = getattr(report, "files_before", 0)
             after = getattr(report, "files_after", before)
@@ -248,8 +287,10 @@ def compactor(
                 committed += 1
                 merged += before - after
                 seconds.append(time.perf_counter() - start)
+                events.append(event(begin, start, f"committed {before} -> {after} files"))
             else:
                 nothing += 1
+                events.append(event(begin, start, f"nothing to merge ({before} files)"))
         time.sleep(rng.uniform(0, settings["compact_pause"]))
     return {
         "attempted": attempted,
@@ -259,6 +300,7 @@ def compactor(
         "aborted": aborted.to_dict(),
         "failed": failed.to_dict(),
         "median_committed_s": statistics.median(seconds) if seconds else None,
+        "events": events,
     }
 
 
@@ -544,6 +586,7 @@ def summarize_run(
         },
         "final": final,
         "workers": {"terminated": terminated, "crashed": crashed},
+        "per_worker": {role: found for role, found in results.items()},
     }
 
 
