@@ -381,6 +381,29 @@ def final_read(path: str, options: dict[str, Any] | None) -> tuple[dict[str, Any
     return found, ""
 
 
+def salvage(path: str, options: dict[str, Any] | None, acked: np.ndarray) -> dict[str, Any]:
+    """For a dataset that does not read: its listed files that still read one by one, and the
+    acknowledged appends missing from those (``dataset.file(i)``, where the reader has it)."""
+    try:
+        dataset = arrowshuffle.open_dataset(path, options)
+        files = int(dataset.num_files)
+        open_one = dataset.file
+    except Exception as exc:
+        return {"salvage_error": f"{type(exc).__name__}: {exc}"[:400]}
+    keys, unreadable = [], 0
+    for i in range(files):
+        try:
+            keys.append(appends_of(open_one(i).read().column("id").to_numpy())["keys"])
+        except Exception:
+            unreadable += 1
+    present = np.concatenate(keys) if keys else np.array([], dtype=np.int64)
+    return {
+        "files": files,
+        "files_unreadable": unreadable,
+        "lost_from_files_left": int(np.count_nonzero(~np.isin(acked, present))),
+    }
+
+
 def validate(path: str, options: dict[str, Any] | None) -> dict[str, Any]:
     name, fn = validator()
     if fn is None:
@@ -415,6 +438,8 @@ def final_state(
             torn_appends=found["torn"] + found["foreign"],
             unacknowledged_visible=int(np.count_nonzero(np.isin(unacked, present))),
         )
+    else:
+        out.update(salvage(path, options, acked))
     out["validate"] = validate(path, options)
     try:
         report = arrowshuffle.vacuum(path, older_than=0, storage_options=options)
@@ -616,6 +641,10 @@ METRICS: dict[str, Any] = {
     "not_one_version": lambda r: r["readers"]["not_one_version"],
     "unreadable": lambda r: int(r["final"]["unreadable"]),
     "lost": lambda r: r["final"].get("lost"),
+    # Unreadable datasets: what the listed files that remain miss (readable ones: lost).
+    "lost_from_files_left": lambda r: r["final"].get(
+        "lost_from_files_left", r["final"].get("lost")
+    ),
     "duplicated_ids": lambda r: r["final"].get("duplicated_ids"),
     "lost_after_vacuum": lambda r: r["final"].get("lost_after_vacuum"),
     "unreadable_after_vacuum": lambda r: int(r["final"]["unreadable_after_vacuum"]),
@@ -872,6 +901,12 @@ def print_run(run: dict[str, Any]) -> None:
     )
     if f["unreadable"]:
         print(f"  final: UNREADABLE ({f['error']})")
+        if "lost_from_files_left" in f:
+            print(
+                f"  {f['files_unreadable']} of its {f['files']} listed files are gone; the files"
+                f" left miss {f['lost_from_files_left']} of {f['acknowledged']} acknowledged"
+                " appends"
+            )
     else:
         print(
             f"  final: {f['files']} files, {f['rows']:,} rows; acknowledged appends lost"

@@ -421,6 +421,14 @@ def _spread(entry: dict[str, Any]) -> Stat:
 COMMIT_RACE_FIGURES = (
     ("acknowledged appends lost", "appends", "lost", "lost", "acknowledged", "acknowledged"),
     (
+        "acknowledged appends lost, an unreadable dataset read file by file",
+        "appends",
+        "lost",
+        "lost_from_files_left",
+        "acknowledged",
+        "acknowledged",
+    ),
+    (
         "acknowledged appends lost after vacuum(older_than=0)",
         "appends",
         "lost after vacuum",
