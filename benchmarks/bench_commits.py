@@ -314,27 +314,36 @@ def reader(
     open_failures, read_failures = Tally(), Tally()
     opens = ok = duplicated = torn = not_one = 0
     samples: list[dict[str, int]] = []
+    # (start, seconds, outcome): "ok", "not one version", "open <class>" or "<class>".
+    events: list[tuple[float, float, str]] = []
+    begin = time.perf_counter()
     while not stop.is_set():
+        start = time.perf_counter()
         try:
             dataset = arrowshuffle.open_dataset(path, options)
         except Exception as exc:
             open_failures.add(exc)
+            events.append(event(begin, start, f"open {type(exc).__name__}"))
             time.sleep(0.1)
             continue
         opens += 1
         time.sleep(rng.uniform(0, settings["reader_pause"]))
+        start = time.perf_counter()
         try:
             table = dataset.read()
         except Exception as exc:
             read_failures.add(exc)
+            events.append(event(begin, start, type(exc).__name__))
             continue
         ok += 1
         found = appends_of(table.column("id").to_numpy())
         duplicated += bool(found["duplicated_ids"])
         bad = bool(found["torn"] or found["foreign"])
         torn += bad
-        not_one += bool(found["duplicated_ids"]) or bad
-        if (found["duplicated_ids"] or bad) and len(samples) < 5:
+        wrong = bool(found["duplicated_ids"]) or bad
+        not_one += wrong
+        events.append(event(begin, start, "not one version" if wrong else "ok"))
+        if wrong and len(samples) < 5:
             samples.append({k: v for k, v in found.items() if k != "keys"})
     return {
         "opens": opens,
@@ -345,6 +354,7 @@ def reader(
         "torn": torn,
         "not_one_version": not_one,
         "not_one_version_samples": samples,
+        "events": events,
     }
 
 
@@ -573,6 +583,18 @@ def summarize_run(
     }
     ok_appenders = [a for a in appenders if "attempted" in a]
     ok_readers = [r for r in readers if "opens" in r]
+    # A compaction that finds a listed file gone means the dataset lists a deleted file: from
+    # then on no read of the whole dataset can succeed. Reads that failed before are stale.
+    broken_at = min(
+        (start for start, _, outcome in comp.get("events", []) if outcome == "MissingObjectError"),
+        default=None,
+    )
+    before = [
+        outcome
+        for r in ok_readers
+        for start, _, outcome in r.get("events", [])
+        if broken_at is None or start < broken_at
+    ]
     append_failures = merge_counts([a["failed"] for a in ok_appenders])
     medians = [a["median_s"] for a in ok_appenders if a["median_s"] is not None]
     return {
@@ -605,6 +627,9 @@ def summarize_run(
             "duplicated": sum(r["duplicated"] for r in ok_readers),
             "torn": sum(r["torn"] for r in ok_readers),
             "not_one_version": sum(r["not_one_version"] for r in ok_readers),
+            "broken_at_s": broken_at,
+            "reads_while_readable": len(before),
+            "read_failures_while_readable": sum(o not in ("ok", "not one version") for o in before),
             "not_one_version_samples": [
                 s for r in ok_readers for s in r["not_one_version_samples"]
             ],
@@ -639,6 +664,8 @@ METRICS: dict[str, Any] = {
         + sum(r["readers"]["open_failures"]["by_class"].values())
     ),
     "not_one_version": lambda r: r["readers"]["not_one_version"],
+    "reads_while_readable": lambda r: r["readers"].get("reads_while_readable"),
+    "read_failures_while_readable": lambda r: r["readers"].get("read_failures_while_readable"),
     "unreadable": lambda r: int(r["final"]["unreadable"]),
     "lost": lambda r: r["final"].get("lost"),
     # Unreadable datasets: what the listed files that remain miss (readable ones: lost).
@@ -899,6 +926,12 @@ def print_run(run: dict[str, Any]) -> None:
         f" {classes(r['read_failures'])} (open: {classes(r['open_failures'])}),"
         f" not one version {r['not_one_version']}"
     )
+    if r["broken_at_s"] is not None:
+        print(
+            f"  the dataset lists a deleted file from about {r['broken_at_s']:.0f} s (a compaction"
+            f" found it gone); before that {r['read_failures_while_readable']} of"
+            f" {r['reads_while_readable']} reads failed"
+        )
     if f["unreadable"]:
         print(f"  final: UNREADABLE ({f['error']})")
         if "lost_from_files_left" in f:

@@ -460,7 +460,15 @@ COMMIT_RACE_FIGURES = (
         "attempted",
         "compactions_attempted",
     ),
-    ("reads that failed (stale readers)", "reads", "failed", "read_failures", "opens", "opens"),
+    (
+        "reads that failed while the dataset was readable (stale readers)",
+        "reads",
+        "failed",
+        "read_failures_while_readable",
+        "reads",
+        "reads_while_readable",
+    ),
+    ("reads that failed, all", "reads", "failed", "read_failures", "opens", "opens"),
     (
         "reads of no single version",
         "reads",
