@@ -24,19 +24,25 @@ Two scenarios:
   ``vacuum(path, older_than=0)``, a read again (lost after vacuum), and the validator.
   Compaction that raises ``CommitConflictError`` counts as a clean abort; any other exception
   of a compaction is a failure, any exception of an append a failed (unacknowledged) append,
-  counted by class. On S3 the workers reach moto's server (127.0.0.1) through
-  ``tests/fault_proxy.py``'s proxy, which delays every PUT, POST and DELETE by 0-0.8 s
-  (``--s3-write-delay``) and serializes conditional requests (moto checks a condition and
-  writes in two steps; serialized, a race seen here is not moto's). The final checks go to moto
-  directly.
+  counted by class. A compaction that finds a listed file gone means the dataset lists a
+  deleted file, and no whole read can succeed from then on: reads that failed before the first
+  such compaction are counted apart, as stale reads (their files were removed after the open);
+  a dataset that no longer reads is read file by file (``dataset.file(i)``) to count the
+  acknowledged appends the remaining files miss. On S3 the workers reach moto's server
+  (127.0.0.1) through ``tests/fault_proxy.py``'s proxy, which delays every PUT, POST and DELETE
+  by 0-0.8 s (``--s3-write-delay``) and serializes conditional requests (moto checks a
+  condition and writes in two steps; serialized, a race seen here is not moto's). moto may
+  still log ``ValueError: I/O operation on closed file`` when two plain PUTs of one key
+  overlap: it answers 500 and the client retries. The final checks go to moto directly.
 * **requests** (S3, no delays, counted at a proxy): a dataset of 4 files (4 appends of
   ``--request-rows`` rows, 64 subpartitions). A cold ``open_dataset(url).read(5)`` (a fresh
   s3fs instance each time): HTTP requests by method and the median time over
-  ``--read-repeats``, next to a cold GET of the manifest alone. One ``write_dataset(...,
+  ``--read-repeats``, next to a cold GET of a 1 KiB object. One ``write_dataset(...,
   mode="append")`` of 1,000 rows: requests by method, how many belong to the commit (their
-  path holds the manifest's name, ``_arrowshuffle_manifest``, or they list the directory), and
-  the median time over ``--append-repeats``, next to a plain PUT of the same rows as one Arrow
-  IPC file.
+  path holds the manifest's name, ``_arrowshuffle_manifest``, or they list the directory or
+  manifests; s3fs's one-key listing under a new file's own name, part of its existence check,
+  is the file's), and the median time over ``--append-repeats`` (one s3fs instance), next to a
+  plain PUT of the same rows as one Arrow IPC file. ``--repeats R`` sets 3R reads, 2R appends.
 
 The JSON (``--out``) holds every run's counts, a summary per backend (median, min and max over
 ``--runs``) and ``figures``, the key figures as ``python -m benchmarks`` shows them.
