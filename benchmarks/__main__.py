@@ -41,7 +41,17 @@ from benchmarks.report import (
 )
 
 ROOT = Path(__file__).resolve().parent.parent
-BENCHMARKS = ("format", "partitioners", "kernels", "reads", "verify", "spark", "plan", "wide")
+BENCHMARKS = (
+    "format",
+    "partitioners",
+    "kernels",
+    "reads",
+    "verify",
+    "spark",
+    "plan",
+    "wide",
+    "commits",
+)
 SIZES = ("small", "medium", "large")
 #: Repeats per size when --repeats is not given.
 DEFAULT_REPEATS = {"small": 3, "medium": 5, "large": 5}
@@ -57,6 +67,7 @@ REPEAT_FLAG = {
     "spark": "--repeats",
     "plan": "--repeats",
     "wide": "--repeats",
+    "commits": "--repeats",
 }
 MiB = 2**20
 
@@ -80,6 +91,7 @@ SIZE_FLAGS: dict[str, dict[str, list[str]]] = {
         ],
         "plan": ["--rows", "400000", "--files", "8", "--subpartitions", "64"],
         "wide": ["--quick"],
+        "commits": ["--seconds", "15", "--request-rows", "50000"],
     },
     "medium": {
         "format": ["--rows", "2000000", "--subpartitions", "64", "--memory", "64MiB"],
@@ -90,6 +102,7 @@ SIZE_FLAGS: dict[str, dict[str, list[str]]] = {
         "spark": ["--rows", "1000000", "--subpartitions", "16", "--files", "4"],
         "plan": ["--rows", "2000000", "--files", "8", "--subpartitions", "64"],
         "wide": ["--files", "256", "--subpartitions", "500", "--local-files", "16,64,256"],
+        "commits": ["--seconds", "30", "--runs", "2"],
     },
     "large": {
         "format": ["--rows", "10000000", "--subpartitions", "256", "--memory", "256MiB"],
@@ -104,6 +117,7 @@ SIZE_FLAGS: dict[str, dict[str, list[str]]] = {
         "spark": ["--rows", "10000000", "--subpartitions", "64", "--files", "8"],
         "plan": ["--rows", "10000000", "--files", "8", "--subpartitions", "64"],
         "wide": [],  # M = N = 1,000
+        "commits": ["--seconds", "90", "--runs", "3"],
     },
 }  # fmt: skip
 
@@ -410,6 +424,15 @@ NOTES = """## What each benchmark measures
   rows as hive-partitioned Parquet read by polars and pyarrow; GETs and bytes are counted at the
   server and time is modeled (20 ms per request + 100 MB/s, and 50 ms + 1 GB/s). Also compaction's
   own time and bytes, and one consumer's local read time against M, before and after.
+* `commits` (`benchmarks/bench_commits.py`): what concurrent commits do to one dataset, locally and
+  on moto's S3 server behind a proxy that delays every write by 0-0.8 s: 3 processes append small
+  tables, one compacts in a loop and 2 read the whole dataset, for a fixed time. Counted: appends
+  acknowledged and then lost (missing from the final read, and after `vacuum`), failed appends,
+  compactions that aborted or failed, reads that failed (their files were removed since the
+  open) or returned no single version, and whether the dataset stayed readable; the peer of each
+  count is what it is a share of. Then, on S3 without delays, the HTTP requests of a cold
+  one-subpartition read and of one append (and how many of those are the commit's), with their
+  time against one cold GET and one plain PUT.
 
 Rerun one benchmark larger with its own flags, e.g. `python -m benchmarks.bench_reads --help`, or
 all of them with `python -m benchmarks --size medium` (near the scripts' defaults) or `--size large`

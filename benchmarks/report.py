@@ -412,6 +412,136 @@ def verify_figures(doc: dict[str, Any]) -> Iterator[Figure]:
         )
 
 
+def _spread(entry: dict[str, Any]) -> Stat:
+    """From ``{median, min, max}`` (counts over runs or repeats)."""
+    return Stat(float(entry["median"]), _maybe(entry.get("min")), _maybe(entry.get("max")))
+
+
+#: The race's figures: (measure, unit, what is counted, its summary key, peer, peer's key).
+COMMIT_RACE_FIGURES = (
+    ("acknowledged appends lost", "appends", "lost", "lost", "acknowledged", "acknowledged"),
+    (
+        "acknowledged appends lost, an unreadable dataset read file by file",
+        "appends",
+        "lost",
+        "lost_from_files_left",
+        "acknowledged",
+        "acknowledged",
+    ),
+    (
+        "acknowledged appends lost after vacuum(older_than=0)",
+        "appends",
+        "lost after vacuum",
+        "lost_after_vacuum",
+        "acknowledged",
+        "acknowledged",
+    ),
+    (
+        "appends that failed",
+        "appends",
+        "failed",
+        "appends_failed",
+        "attempted",
+        "appends_attempted",
+    ),
+    (
+        "compactions aborted or failed",
+        "compactions",
+        "aborted or failed",
+        "compactions_not_committed",
+        "attempted",
+        "compactions_attempted",
+    ),
+    (
+        "compactions failed (other than a CommitConflictError abort)",
+        "compactions",
+        "failed",
+        "compactions_failed",
+        "attempted",
+        "compactions_attempted",
+    ),
+    (
+        "reads that failed while the dataset was readable (stale readers)",
+        "reads",
+        "failed",
+        "read_failures_while_readable",
+        "reads",
+        "reads_while_readable",
+    ),
+    ("reads that failed, all", "reads", "failed", "read_failures", "opens", "opens"),
+    (
+        "reads of no single version",
+        "reads",
+        "torn or duplicated",
+        "not_one_version",
+        "ok",
+        "reads_ok",
+    ),
+    ("final dataset unreadable", "runs", "unreadable", "unreadable", "runs", None),
+)
+
+
+def commits_figures(doc: dict[str, Any]) -> Iterator[Figure]:
+    """bench_commits: what concurrent commits do (counts over runs); requests of a commit."""
+    config = doc["config"]
+    for backend, entry in doc["race"].items():
+        summary = entry["summary"]
+        shape = (
+            f"{backend}, {config['appenders']} appenders + compactor + {config['readers']} "
+            f"readers, {config['seconds']:g} s"
+        )
+        for measure, unit, ours, key, peer, peer_key in COMMIT_RACE_FIGURES:
+            if summary.get(key) is None:
+                continue
+            theirs = (
+                Stat(float(summary["runs"])) if peer_key is None else _spread(summary[peer_key])
+            )
+            yield Figure(
+                "commits", f"{measure}, {shape}", unit, ours, _spread(summary[key]), peer, theirs
+            )
+    requests = doc.get("requests")
+    if not requests:
+        return
+    shape = f"{requests['files']} files x {requests['subpartitions']} subpartitions, S3 (moto)"
+    read, append = requests["read"], requests["append"]
+    yield Figure(
+        "commits",
+        f"HTTP requests of a cold open_dataset(url).read(5), {shape}",
+        "requests",
+        "open_dataset(url).read(5)",
+        _spread(read["requests"]),
+        "objects in the dataset",
+        Stat(float(requests["objects"])),
+    )
+    yield Figure(
+        "commits",
+        f"cold open_dataset(url).read(5), {shape}",
+        "s",
+        "open_dataset(url).read(5)",
+        Stat.of(read),
+        "one cold GET of a 1 KiB object",
+        Stat.of(requests["single_get"]),
+    )
+    yield Figure(
+        "commits",
+        "HTTP requests of one append of 1,000 rows, S3 (moto)",
+        "requests",
+        "the commit's (manifest, listings)",
+        _spread(append["commit_requests"]),
+        "the whole append's",
+        _spread(append["requests"]),
+    )
+    yield Figure(
+        "commits",
+        "append of 1,000 rows, S3 (moto)",
+        "s",
+        "write_dataset(mode='append')",
+        Stat.of(append),
+        "plain PUT of the rows as one IPC file",
+        Stat.of(requests["plain_put"]),
+    )
+
+
 EXTRACTORS: dict[str, Callable[[dict[str, Any]], Iterator[Figure]]] = {
     "format": format_figures,
     "partitioners": partitioner_figures,
@@ -421,6 +551,7 @@ EXTRACTORS: dict[str, Callable[[dict[str, Any]], Iterator[Figure]]] = {
     "spark": spark_figures,
     "plan": plan_figures,
     "wide": wide_figures,
+    "commits": commits_figures,
 }
 
 

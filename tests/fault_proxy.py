@@ -14,6 +14,16 @@ with a fault instead:
 * ``badsum``: the right body, with an ``x-amz-checksum-crc32`` header that does not match it
   (botocore then raises its ``FlexibleChecksumError``, when it validates response checksums).
 
+Two options shape writes rather than fault them (they apply at any ``rate``, ``0`` included):
+
+* ``write_delay=(lo, hi)``: every PUT, POST and DELETE waits a uniform random time in
+  ``[lo, hi]`` seconds before it is forwarded, which widens the window between a writer's read
+  of a manifest and its write, as a slow or distant store does;
+* ``serialize_conditional=True``: requests that carry ``If-None-Match`` or ``If-Match`` are
+  forwarded one at a time. moto checks a condition and then writes, in two steps, so two
+  conditional PUTs of one key at the same moment can both succeed there, where S3 lets one
+  through; serialized, moto's check-and-write is atomic, and a race a test sees is not moto's.
+
 What it did is counted in :attr:`FaultProxy.counts`. Use it as a context manager::
 
     with FaultProxy(endpoint.url, rate=0.25, seed=1) as proxy:
@@ -42,6 +52,10 @@ _SLOWDOWN_BODY = (
     b"<Message>Please reduce your request rate.</Message>"
     b"<RequestId>fault-proxy</RequestId><HostId>fault-proxy</HostId></Error>"
 )
+#: The methods ``write_delay`` holds back.
+_WRITE_METHODS = frozenset({"PUT", "POST", "DELETE"})
+#: Request headers that make a request conditional (``serialize_conditional``).
+_CONDITIONAL_HEADERS = ("If-None-Match", "If-Match")
 #: Response headers not passed on: they describe the upstream connection, not the object.
 _HOP_HEADERS = frozenset(
     {"connection", "keep-alive", "transfer-encoding", "content-length", "server", "date"}
@@ -49,6 +63,8 @@ _HOP_HEADERS = frozenset(
 
 
 class _QuietServer(ThreadingHTTPServer):
+    request_queue_size = 128  # many clients at once (several processes) are not refused
+
     def handle_error(self, request: Any, client_address: Any) -> None:
         pass  # a connection this proxy reset or cut on purpose fails to finish: expected
 
@@ -64,6 +80,10 @@ class FaultProxy:
         delay: seconds a ``delay`` fault waits.
         path_filter: GETs whose (decoded) path it rejects are never faulted.
         max_faults: stop injecting after this many faults (no limit by default).
+        write_delay: ``(lo, hi)``: delay every PUT, POST and DELETE by a uniform random time in
+            that range (seconds) before forwarding it; None (the default) forwards at once.
+        serialize_conditional: forward requests carrying ``If-None-Match`` or ``If-Match`` one
+            at a time, so that moto's check of the condition and its write are atomic.
     """
 
     def __init__(
@@ -76,6 +96,8 @@ class FaultProxy:
         delay: float = 2.0,
         path_filter: Callable[[str], bool] | None = None,
         max_faults: int | None = None,
+        write_delay: tuple[float, float] | None = None,
+        serialize_conditional: bool = False,
     ) -> None:
         unknown = set(faults) - set(FAULTS)
         if unknown:
@@ -87,9 +109,21 @@ class FaultProxy:
         self.delay = delay
         self.path_filter = path_filter
         self.max_faults = max_faults
+        if write_delay is not None:
+            lo, hi = (float(x) for x in write_delay)
+            if not 0 <= lo <= hi:
+                raise ValueError(f"write_delay must be (lo, hi) with 0 <= lo <= hi: {write_delay}")
+            write_delay = (lo, hi)
+        self.write_delay = write_delay
+        self.serialize_conditional = serialize_conditional
+        #: Writes delayed by ``write_delay`` so far.
+        self.delayed_writes = 0
+        self._conditional_lock = threading.Lock()
         self.counts: collections.Counter[str] = collections.Counter()
         #: ``(fault, method, path, range)`` of every request, in arrival order.
         self.log: list[tuple[str, str, str, str | None]] = []
+        #: The (decoded) query string of each request in :attr:`log`, in the same order.
+        self.queries: list[str] = []
         self._rng = random.Random(seed)
         self._lock = threading.Lock()
         self._server = _QuietServer(("127.0.0.1", 0), self._handler_class())
@@ -124,7 +158,7 @@ class FaultProxy:
         if self._thread is not None:
             self._thread.join(timeout=10)
 
-    def _choose(self, method: str, path: str, byte_range: str | None) -> str:
+    def _choose(self, method: str, path: str, byte_range: str | None, query: str = "") -> str:
         with self._lock:
             fault = "forwarded"
             eligible = method == "GET" and (self.path_filter is None or self.path_filter(path))
@@ -133,7 +167,16 @@ class FaultProxy:
                 fault = self._rng.choice(self.faults)
             self.counts[fault] += 1
             self.log.append((fault, method, path, byte_range))
+            self.queries.append(query)
             return fault
+
+    def _write_delay(self, method: str) -> float:
+        """Seconds to hold a request before forwarding it (0 but for delayed writes)."""
+        if self.write_delay is None or method not in _WRITE_METHODS:
+            return 0.0
+        with self._lock:
+            self.delayed_writes += 1
+            return self._rng.uniform(*self.write_delay)
 
     def _position(self, size: int) -> int:
         with self._lock:
@@ -144,6 +187,9 @@ class FaultProxy:
 
         class Handler(BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
+            # Headers and body leave in separate writes: with Nagle's algorithm on, the body
+            # waits for the client's delayed ACK (some 40 ms per response).
+            disable_nagle_algorithm = True
 
             def log_message(self, format: str, *args: Any) -> None:
                 pass  # quiet: tests read the counts instead
@@ -154,8 +200,10 @@ class FaultProxy:
             do_HEAD = do_PUT = do_POST = do_DELETE = do_GET
 
             def _proxy(self) -> None:
-                path = urllib.parse.unquote(urllib.parse.urlsplit(self.path).path)
-                fault = proxy._choose(self.command, path, self.headers.get("Range"))
+                parts = urllib.parse.urlsplit(self.path)
+                path = urllib.parse.unquote(parts.path)
+                query = urllib.parse.unquote(parts.query)
+                fault = proxy._choose(self.command, path, self.headers.get("Range"), query)
                 if fault == "reset":
                     self._reset()
                     return
@@ -166,7 +214,17 @@ class FaultProxy:
                     return
                 if fault == "delay":
                     time.sleep(proxy.delay)
-                status, reason, headers, body = self._forward()
+                hold = proxy._write_delay(self.command)
+                if hold:
+                    time.sleep(hold)
+                conditional = proxy.serialize_conditional and any(
+                    self.headers.get(h) is not None for h in _CONDITIONAL_HEADERS
+                )
+                if conditional:
+                    with proxy._conditional_lock:
+                        status, reason, headers, body = self._forward()
+                else:
+                    status, reason, headers, body = self._forward()
                 ok = 200 <= status < 300 and body and self.command == "GET"
                 if fault in ("flip", "badsum") and ok:
                     headers = [

@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -75,6 +76,52 @@ def test_spark_figures_have_medians_only() -> None:
     assert (
         found[("Spark read of all subpartitions", "df.write.partitionBy(sub).parquet")].ratio == 2
     )
+
+
+def test_commit_race_figures_are_shares_over_runs() -> None:
+    def spread(*values: float) -> dict[str, float]:
+        return {"median": sorted(values)[len(values) // 2], "min": min(values), "max": max(values)}
+
+    summary = {
+        "runs": 3,
+        "lost": spread(4, 0, 10),
+        "acknowledged": spread(20, 20, 20),
+        "lost_after_vacuum": None,  # every final read failed: no figure
+        "appends_failed": spread(0, 0, 0),
+        "appends_attempted": spread(20, 21, 22),
+        "compactions_not_committed": spread(1, 2, 3),
+        "compactions_failed": spread(0, 0, 0),
+        "compactions_attempted": spread(5, 5, 5),
+        "read_failures": spread(1, 1, 1),
+        "opens": spread(10, 10, 10),
+        "not_one_version": spread(0, 0, 0),
+        "reads_ok": spread(9, 9, 9),
+        "unreadable": spread(0, 0, 1),
+    }
+    doc = {
+        "config": {"appenders": 3, "readers": 2, "seconds": 30.0},
+        "race": {"s3": {"runs": [], "summary": summary}},
+    }
+    found = {f.measure.split(",")[0]: f for f in report.figures("commits", doc)}
+    assert len(found) == 7 and "acknowledged appends lost after vacuum(older_than=0)" not in found
+    lost = found["acknowledged appends lost"]
+    assert lost.ratio == pytest.approx(0.2) and lost.ours == report.Stat(4.0, 0.0, 10.0)
+    assert found["final dataset unreadable"].peer == report.Stat(3.0)
+
+
+def test_the_commit_race_recognizes_one_version_of_the_appends() -> None:
+    bench = pytest.importorskip("benchmarks.bench_commits")
+    appends = [bench.append_table(p, s) for p, s in ((0, 1), (1, 1), (1, 2), (2, 7))]
+    ids = [t.column("id").to_numpy() for t in appends]
+    whole = bench.appends_of(np.concatenate(ids))
+    assert (whole["duplicated_ids"], whole["torn"], whole["foreign"]) == (0, 0, 0)
+    assert whole["keys"].tolist() == [1, 10**6 + 1, 10**6 + 2, 2 * 10**6 + 7]
+    assert all(50 <= t.num_rows <= 200 for t in appends)
+    torn = bench.appends_of(np.concatenate([ids[0], ids[1][:-1]]))
+    assert (torn["torn"], torn["duplicated_ids"]) == (1, 0)
+    twice = bench.appends_of(np.concatenate([ids[0], ids[2], ids[2]]))
+    assert (twice["torn"], twice["duplicated_ids"]) == (0, ids[2].size)
+    assert bench.appends_of(np.concatenate([ids[3], [ids[3][0] + 999]]))["foreign"] == 1
 
 
 def test_missing_fields_are_reported_not_raised_as_crashes() -> None:

@@ -398,3 +398,78 @@ def test_the_verify_option_reads_the_same_everywhere():
     assert spark == ["auto", "auto", True, False]
     with pytest.raises(ArrowShuffleError, match=r"verify must be auto, true or false.*maybe"):
         parse_read_options({"path": "p", "verify": "maybe"})
+
+
+# ---------------------------------------------------------------------- shaping writes
+
+
+def _s3_client(endpoint: Any, url: str) -> Any:
+    """A plain botocore client through ``url``: signed requests (moto answers a conditional
+    request without a signature with a bare 403), no retries."""
+    session = pytest.importorskip("botocore.session").get_session()
+    config = pytest.importorskip("botocore.config").Config(
+        retries={"total_max_attempts": 1}, connect_timeout=5, read_timeout=30
+    )
+    return session.create_client(
+        "s3",
+        region_name="eu-west-1",
+        endpoint_url=url,
+        aws_access_key_id="testing",
+        aws_secret_access_key="testing",
+        config=config,
+    )
+
+
+def _status(call: Any) -> int:
+    from botocore.exceptions import ClientError
+
+    try:
+        return int(call()["ResponseMetadata"]["HTTPStatusCode"])
+    except ClientError as exc:
+        return int(exc.response["ResponseMetadata"]["HTTPStatusCode"])
+
+
+def _create_at_once(clients: list[Any], bucket: str, key: str) -> list[int]:
+    """Each client PUTs ``key`` with ``If-None-Match: *``, all released at the same moment."""
+    barrier = threading.Barrier(len(clients))
+    statuses: list[int] = []
+
+    def create(client: Any, body: bytes) -> None:
+        def put() -> Any:
+            return client.put_object(Bucket=bucket, Key=key, Body=body, IfNoneMatch="*")
+
+        barrier.wait()
+        statuses.append(_status(put))
+
+    threads = [
+        threading.Thread(target=create, args=(c, bytes([i]) * 100_000), daemon=True)
+        for i, c in enumerate(clients)
+    ]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    return statuses
+
+
+def test_serialized_conditional_puts_let_exactly_one_create_through(s3_endpoint, s3_bucket):
+    bucket = s3_bucket.removeprefix("s3://")
+    with FaultProxy(s3_endpoint.url, rate=0.0, serialize_conditional=True) as proxy:
+        clients = [_s3_client(s3_endpoint, proxy.url) for _ in range(2)]
+        for round_ in range(5):
+            statuses = _create_at_once(clients, bucket, f"manifest-{round_}.json")
+            assert sorted(statuses) == [200, 412], (round_, statuses)
+        assert proxy.counts == {"forwarded": 10}
+
+
+def test_write_delay_holds_every_write_back(s3_endpoint, s3_bucket):
+    bucket = s3_bucket.removeprefix("s3://")
+    with FaultProxy(s3_endpoint.url, rate=0.0, write_delay=(0.4, 0.5)) as proxy:
+        client = _s3_client(s3_endpoint, proxy.url)
+        start = time.monotonic()
+        assert _status(lambda: client.put_object(Bucket=bucket, Key="k", Body=b"x")) == 200
+        assert time.monotonic() - start >= 0.4
+        assert _status(lambda: client.get_object(Bucket=bucket, Key="k")) == 200
+        assert proxy.delayed_writes == 1  # reads pass at once
+    with pytest.raises(ValueError, match="write_delay"):
+        FaultProxy(s3_endpoint.url, write_delay=(0.5, 0.1))
