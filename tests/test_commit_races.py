@@ -53,6 +53,7 @@ from arrowshuffle.format.errors import (
 )
 from arrowshuffle.format.naming import new_file_name, new_job_id
 from arrowshuffle.readers.manifest_io import version_location
+from arrowshuffle.readers.source import RemoteSource
 from arrowshuffle.readers.storage import resolve
 from arrowshuffle.writers import commit
 from arrowshuffle.writers.commit import CommitOutcomeUnknownError
@@ -371,6 +372,36 @@ def test_a_created_version_whose_answer_was_lost_is_a_success(s3_target, s3_endp
     rows = rows_of("v", 5) if mode == "overwrite" else sorted(scenario.rows() + rows_of("v", 5))
     scenario.committed(3, rows)
     assert s3_target.versions() == [1, 2, 3]  # no second version of the same commit
+    scenario.check()
+
+
+@pytest.mark.s3
+def test_a_lost_answer_then_an_unreadable_version_is_an_unknown_outcome(
+    s3_target, s3_endpoint, monkeypatch
+):
+    """412 on the retry, and the version cannot be read to tell whose it is: not a failure.
+
+    The commit may have landed (here it did): it must not be reported as a conflict or as a
+    refusal (which would invite running the job again and adding its rows twice), and its
+    files, which the version in force lists, must stay.
+    """
+    scenario = Scenario(s3_target)
+    setup(s3_target, scenario, 2)
+    monkeypatch.setattr(RemoteSource, "_pause", lambda self, attempt: None)  # quick retries
+    log = s3_endpoint.log
+    log.lose_next_answer(version_key(3))
+    log.fail_next(version_key(3), 1000)
+    try:
+        with pytest.raises(CommitOutcomeUnknownError) as caught:
+            s3_target.write("v", 5, "append")
+    finally:
+        log.clear()
+    assert isinstance(caught.value, ShuffleIOError)
+    assert "unknown" in str(caught.value) and caught.value.commit_id in str(caught.value)
+    # It landed: version 3 carries the commit's id and its rows, once.
+    assert s3_target.version_json(3)["commit_id"] == caught.value.commit_id
+    assert s3_target.versions() == [1, 2, 3]
+    scenario.committed(3, sorted(scenario.rows() + rows_of("v", 5)))
     scenario.check()
 
 

@@ -125,8 +125,8 @@ def commit_version(directory: Location, build: Build, *, operation: str) -> Mani
 
     Raises:
         CommitConflictError: other jobs committed first on every attempt.
-        CommitOutcomeUnknownError: the store failed while creating the version, and whether
-            it exists could not be found out.
+        CommitOutcomeUnknownError: the store failed while creating the version, or answered
+            that it exists, and whose it is could not be found out.
         InvalidOptionError: the store cannot create a file exclusively.
         ShuffleIOError: a storage failure before anything was committed.
         Exception: whatever ``build`` raises.
@@ -175,7 +175,19 @@ def _create(directory: Location, number: int, payload: bytes, commit_id: str) ->
             ) from exc
         return owner == commit_id
     # Taken: by another commit, or by this one's own first attempt whose answer was lost.
-    return not location.is_local and _owner(directory, number) == commit_id
+    if location.is_local:
+        return False  # a local link is never retried
+    owner = _owner(directory, number)
+    if owner is None:
+        # Trying again would build on this very version if it is this commit's own.
+        raise CommitOutcomeUnknownError(
+            f"committing version {number} of {directory.url}: it exists (maybe created by "
+            "this commit's own attempt whose answer was lost) but could not be read, so whether "
+            "this commit created it is unknown; the job's files were kept. If version "
+            f"{number} carries commit_id {commit_id}, the commit landed",
+            commit_id,
+        )
+    return owner == commit_id
 
 
 def _owner(directory: Location, number: int) -> str | None:
