@@ -32,6 +32,7 @@ import pyarrow as pa
 import pytest
 from commit_checks import (
     LONG,
+    VERSIONS,
     N,
     Row,
     Target,
@@ -339,6 +340,43 @@ def test_a_commit_landing_inside_another(target, monkeypatch, victim, intruder, 
         assert interleave.fired == 1
         assert not victim_loses(victim, intruder, base_files), f"{victim.name} committed"
         scenario.committed(version, victim.apply(scenario.rows(), "v"))
+    scenario.check()
+
+
+# ---------------------------------------------------------------------- a vacuum inside
+
+
+@pytest.mark.parametrize("kind", ["append", "overwrite"])
+def test_an_expired_base_between_listing_and_reading_it(target, monkeypatch, kind):
+    """Another commit lands and vacuum expires the version just listed, before it is read.
+
+    The listed version is gone when the commit reads it: an append still commits (on the
+    version in force), an overwrite reports the conflict; neither fails for the missing file.
+    (The versions are removed as a vacuum with a short grace period removes them; a vacuum
+    with none would also remove the committing job's files, the race spec section 7.3 names.)
+    """
+    scenario = Scenario(target)
+    setup(target, scenario, 2)
+    interleave = Interleave(monkeypatch, "listed")
+
+    def intrude() -> None:
+        version = target.write("i", 3, "append").version
+        scenario.committed(version, sorted(scenario.rows() + rows_of("i", 3)))
+        for expired in (1, 2):
+            target.remove(f"{VERSIONS}/{expired:020d}.json")
+
+    interleave.arm(intrude)
+    if kind == "append":
+        version = target.write("v", 5, "append").version
+        scenario.committed(version, sorted(scenario.rows() + rows_of("v", 5)))
+    else:
+        with pytest.raises(CommitConflictError, match="expected version 2, found version 3"):
+            target.write("v", 5, "overwrite")
+    assert interleave.fired == 1
+    assert target.versions() == ([3] if kind == "overwrite" else [3, 4])
+    # The versions vacuum expired are no longer in the model's reach: check the rest.
+    scenario.model = {v: rows for v, rows in scenario.model.items() if v in target.versions()}
+    scenario.readers = [r for r in scenario.readers if r.version in scenario.model]
     scenario.check()
 
 

@@ -135,7 +135,12 @@ def commit_version(directory: Location, build: Build, *, operation: str) -> Mani
     commit_id = uuid.uuid4().hex
     for attempt in range(MAX_ATTEMPTS):
         versions = list_versions(directory)
-        current = read_current(directory, versions)
+        try:
+            current = read_current(directory, versions)
+        except MissingObjectError:
+            if not versions or not _replaced(directory, versions[-1].version):
+                raise
+            continue  # replaced, then expired by a vacuum, between the listing and the read
         manifest = build(current)
         if manifest is None:
             return current
@@ -188,6 +193,12 @@ def _create(directory: Location, number: int, payload: bytes, commit_id: str) ->
             commit_id,
         )
     return owner == commit_id
+
+
+def _replaced(directory: Location, number: int) -> bool:
+    """True when a version newer than ``number`` exists now."""
+    latest = list_versions(directory)
+    return bool(latest) and latest[-1].version > number
 
 
 def _owner(directory: Location, number: int) -> str | None:
