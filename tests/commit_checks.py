@@ -99,6 +99,14 @@ class Target:
                 return json.loads(file.read())
         return json.loads(self._fs().cat_file(path.removeprefix("s3://")))
 
+    def copy_version(self) -> int:
+        """The version ``_arrowshuffle_manifest.json`` (the copy for older readers) holds."""
+        path = posixpath.join(self.url, MANIFEST)
+        if self.is_local:
+            with open(path, "rb") as file:
+                return int(json.loads(file.read())["version"])
+        return int(json.loads(self._fs().cat_file(path.removeprefix("s3://")))["version"])
+
     def listed(self, version: int) -> set[str]:
         """The data and index names version ``version`` lists."""
         files = self.version_json(version)["files"]

@@ -623,3 +623,28 @@ def test_a_commit_inside_a_vacuum_keeps_its_files(target, monkeypatch):
     assert report.retained_versions == (2,)  # what it read first; version 3 came later
     monkeypatch.undo()
     scenario.check()
+
+
+def test_a_vacuum_never_puts_back_an_older_compatibility_copy(target, monkeypatch):
+    """A commit lands while a vacuum runs: the copy for readers before versions (spec 8.1) stays
+    the newer version's, not the one the vacuum read first."""
+    from arrowshuffle.writers import vacuum as vacuum_module
+
+    scenario = Scenario(target)
+    setup(target, scenario, 2)
+    real = vacuum_module.list_directory
+    calls: list[str] = []
+
+    def list_directory(location):
+        out = real(location)
+        calls.append(location.url)
+        if len(calls) == 1:
+            version = target.write("v", 3, "append").version
+            scenario.committed(version, sorted(scenario.rows() + rows_of("v", 3)))
+        return out
+
+    monkeypatch.setattr(vacuum_module, "list_directory", list_directory)
+    ash.vacuum(target.url, older_than=LONG, storage_options=target.options)
+    monkeypatch.undo()
+    assert target.copy_version() == 3 == scenario.current
+    scenario.check()
