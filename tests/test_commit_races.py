@@ -64,7 +64,7 @@ from arrowshuffle.writers.compact import (
     merge_group,
     start_compaction,
 )
-from arrowshuffle.writers.dataset_writer import check_commit, commit_dataset
+from arrowshuffle.writers.dataset_writer import abort_dataset, check_commit, commit_dataset
 from arrowshuffle.writers.exclusive import create_exclusive
 
 SETUP_FILES = 4
@@ -647,4 +647,45 @@ def test_a_vacuum_never_puts_back_an_older_compatibility_copy(target, monkeypatc
     ash.vacuum(target.url, older_than=LONG, storage_options=target.options)
     monkeypatch.undo()
     assert target.copy_version() == 3 == scenario.current
+    scenario.check()
+
+
+@pytest.mark.s3
+def test_an_abort_after_an_unknown_outcome_keeps_the_files_while_the_store_fails(
+    s3_target, s3_endpoint, monkeypatch
+):
+    """A job's driver aborts after its commit reported an unknown outcome (Spark calls its data
+    source's ``abort`` when ``commit`` raised), while the store still fails: the version may
+    list the files (here it does), so the abort must not remove them."""
+    scenario = Scenario(s3_target)
+    setup(s3_target, scenario, 2)
+    monkeypatch.setattr(RemoteSource, "_pause", lambda self, attempt: None)  # quick retries
+    directory = resolve(s3_target.url, s3_target.options)
+    job_id = new_job_id()
+    written = ash.write(
+        table_of("v", 5),
+        directory.child(new_file_name(0, job_id=job_id)).url,
+        num_subpartitions=N,
+        by="k",
+        storage_options=s3_target.options,
+    )
+    log = s3_endpoint.log
+    log.lose_next_answer(version_key(3))
+    log.fail_next(version_key(3), 1000)
+    try:
+        with pytest.raises(CommitOutcomeUnknownError):
+            commit_dataset(
+                directory,
+                [written],
+                schema=written.schema,
+                num_subpartitions=N,
+                partitioner=written.partitioner,
+                mode="append",
+                job_id=job_id,
+            )
+        abort_dataset(directory, [written], job_id=job_id)
+    finally:
+        log.clear()
+    assert s3_target.listed(3) <= s3_target.part_names()
+    scenario.committed(3, sorted(scenario.rows() + rows_of("v", 5)))
     scenario.check()
