@@ -6,9 +6,13 @@ suite collects and runs with only the core installed.
 
 from __future__ import annotations
 
+import contextlib
 import os
+import random
 import shutil
 import sys
+import threading
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -74,22 +78,41 @@ class S3RequestLog:
     """WSGI middleware: records every HTTP request moto serves; injects failures on demand."""
 
     def __init__(self, app: Any) -> None:
-        import threading
-
         self.app = app
         self._lock = threading.Lock()
         self.records: list[dict[str, Any]] = []
-        self._failures: list[list[Any]] = []  # [key substring, remaining count]
+        self._failures: list[list[Any]] = []  # [key substring, remaining count, method]
+        self._lost: list[list[Any]] = []  # [key substring, remaining count]
+        self._put_delay: tuple[float, float] = (0.0, 0.0)
+        # moto checks If-None-Match and then stores the object in two steps: two conditional
+        # PUTs of one key at once could both succeed, which S3 never lets happen. Requests that
+        # carry the header are served one at a time.
+        self._conditional = threading.Lock()
 
     def clear(self) -> None:
         with self._lock:
             self.records.clear()
             self._failures.clear()
+            self._lost.clear()
+            self._put_delay = (0.0, 0.0)
 
-    def fail_next(self, key_part: str, times: int) -> None:
-        """Answer the next ``times`` GETs whose path ends with ``key_part`` with a 500."""
+    def fail_next(self, key_part: str, times: int, method: str = "GET") -> None:
+        """Answer the next ``times`` ``method`` requests whose path ends with ``key_part`` with a
+        500, without letting moto see them."""
         with self._lock:
-            self._failures.append([key_part, times])
+            self._failures.append([key_part, times, method])
+
+    def lose_next_answer(self, key_part: str, times: int = 1) -> None:
+        """Let moto serve the next ``times`` PUTs whose path ends with ``key_part``, then answer
+        each with a 500 instead of moto's answer: the object was written but the client thinks
+        the request failed (and retries it)."""
+        with self._lock:
+            self._lost.append([key_part, times])
+
+    def delay_puts(self, low: float, high: float) -> None:
+        """Hold every PUT a random ``low`` to ``high`` seconds before moto serves it."""
+        with self._lock:
+            self._put_delay = (low, high)
 
     def requests(self, method: str | None = None, contains: str = "") -> list[dict[str, Any]]:
         with self._lock:
@@ -117,40 +140,72 @@ class S3RequestLog:
                 (
                     f
                     for f in self._failures
-                    if f[1] > 0 and record["method"] == "GET" and record["path"].endswith(f[0])
+                    if f[1] > 0 and record["method"] == f[2] and record["path"].endswith(f[0])
                 ),
                 None,
             )
             if failure is not None:
                 failure[1] -= 1
+            lost = next(
+                (
+                    f
+                    for f in self._lost
+                    if f[1] > 0 and record["method"] == "PUT" and record["path"].endswith(f[0])
+                ),
+                None,
+            )
+            if lost is not None and failure is None:
+                lost[1] -= 1
+            delay = self._put_delay if record["method"] == "PUT" else (0.0, 0.0)
         if failure is not None:
-            body = (
-                b'<?xml version="1.0" encoding="UTF-8"?><Error><Code>InternalError</Code>'
-                b"<Message>injected failure</Message><RequestId>0</RequestId></Error>"
-            )
             record["status"] = 500
-            start_response(
-                "500 Internal Server Error",
-                [("Content-Type", "application/xml"), ("Content-Length", str(len(body)))],
-            )
-            return [body]
+            return self._internal_error(start_response)
+        if delay[1] > 0:
+            time.sleep(random.uniform(*delay))
+        conditional = "HTTP_IF_NONE_MATCH" in environ or "HTTP_IF_MATCH" in environ
+        if lost is not None:
+            with self._conditional if conditional else contextlib.nullcontext():
+                served = self.app(environ, lambda *args: None)
+                try:
+                    for _ in served:
+                        pass
+                finally:
+                    close = getattr(served, "close", None)
+                    if close is not None:
+                        close()
+            record["status"] = 500
+            record["lost"] = True
+            return self._internal_error(start_response)
 
         def counting_start_response(status: str, headers: Any, *args: Any) -> Any:
             record["status"] = int(status.split()[0])
             return start_response(status, headers, *args)
 
         def body() -> Iterator[bytes]:
-            result = self.app(environ, counting_start_response)
-            try:
-                for chunk in result:
-                    record["bytes"] += len(chunk)
-                    yield chunk
-            finally:
-                close = getattr(result, "close", None)
-                if close is not None:
-                    close()
+            with self._conditional if conditional else contextlib.nullcontext():
+                result = self.app(environ, counting_start_response)
+                try:
+                    for chunk in result:
+                        record["bytes"] += len(chunk)
+                        yield chunk
+                finally:
+                    close = getattr(result, "close", None)
+                    if close is not None:
+                        close()
 
         return body()
+
+    @staticmethod
+    def _internal_error(start_response: Any) -> list[bytes]:
+        body = (
+            b'<?xml version="1.0" encoding="UTF-8"?><Error><Code>InternalError</Code>'
+            b"<Message>injected failure</Message><RequestId>0</RequestId></Error>"
+        )
+        start_response(
+            "500 Internal Server Error",
+            [("Content-Type", "application/xml"), ("Content-Length", str(len(body)))],
+        )
+        return [body]
 
 
 class S3Endpoint:

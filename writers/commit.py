@@ -125,8 +125,8 @@ def commit_version(directory: Location, build: Build, *, operation: str) -> Mani
 
     Raises:
         CommitConflictError: other jobs committed first on every attempt.
-        CommitOutcomeUnknownError: the store failed while creating the version, and whether
-            it exists could not be found out.
+        CommitOutcomeUnknownError: the store failed while creating the version, or answered
+            that it exists, and whose it is could not be found out.
         InvalidOptionError: the store cannot create a file exclusively.
         ShuffleIOError: a storage failure before anything was committed.
         Exception: whatever ``build`` raises.
@@ -135,7 +135,12 @@ def commit_version(directory: Location, build: Build, *, operation: str) -> Mani
     commit_id = uuid.uuid4().hex
     for attempt in range(MAX_ATTEMPTS):
         versions = list_versions(directory)
-        current = read_current(directory, versions)
+        try:
+            current = read_current(directory, versions)
+        except MissingObjectError:
+            if not versions or not _replaced(directory, versions[-1].version):
+                raise
+            continue  # replaced, then expired by a vacuum, between the listing and the read
         manifest = build(current)
         if manifest is None:
             return current
@@ -175,7 +180,25 @@ def _create(directory: Location, number: int, payload: bytes, commit_id: str) ->
             ) from exc
         return owner == commit_id
     # Taken: by another commit, or by this one's own first attempt whose answer was lost.
-    return not location.is_local and _owner(directory, number) == commit_id
+    if location.is_local:
+        return False  # a local link is never retried
+    owner = _owner(directory, number)
+    if owner is None:
+        # Trying again would build on this very version if it is this commit's own.
+        raise CommitOutcomeUnknownError(
+            f"committing version {number} of {directory.url}: it exists (maybe created by "
+            "this commit's own attempt whose answer was lost) but could not be read, so whether "
+            "this commit created it is unknown; the job's files were kept. If version "
+            f"{number} carries commit_id {commit_id}, the commit landed",
+            commit_id,
+        )
+    return owner == commit_id
+
+
+def _replaced(directory: Location, number: int) -> bool:
+    """True when a version newer than ``number`` exists now."""
+    latest = list_versions(directory)
+    return bool(latest) and latest[-1].version > number
 
 
 def _owner(directory: Location, number: int) -> str | None:

@@ -46,6 +46,7 @@ from arrowshuffle.format.errors import (
     CommitConflictError,
     InvalidOptionError,
     SchemaMismatchError,
+    ShuffleIOError,
 )
 from arrowshuffle.format.manifest import Manifest, ManifestFile, SubpartitionTotals
 from arrowshuffle.format.naming import check_job_id, is_part_name, temp_target
@@ -314,10 +315,14 @@ def abort_dataset(
 
     Files listed by the manifest in force are never removed, so the dataset as readers see it
     is unchanged. ``written`` may hold ``None`` (tasks that reported nothing). Best effort:
-    a file that cannot be removed stays invisible to readers.
+    a file that cannot be removed stays invisible to readers. When the manifest in force
+    cannot be read for a storage failure, nothing is removed: after a commit whose outcome is
+    unknown, the version in force may list the files (vacuum removes them if none does).
     """
     try:
         current = read_manifest(directory)
+    except ShuffleIOError:
+        return
     except Exception:
         # A damaged manifest: remove only what this job itself reported.
         current = None

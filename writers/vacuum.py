@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from arrowshuffle.format.errors import FormatError, MissingObjectError
-from arrowshuffle.format.manifest import Manifest
+from arrowshuffle.format.manifest import Manifest, decode_manifest
 from arrowshuffle.format.naming import (
     MANIFEST_NAME,
     VERSIONS_DIR,
@@ -195,7 +195,7 @@ def vacuum(
         directory, [_version_path(v) for v in expired] + doomed, dry_run=dry_run
     )
     if versions and not dry_run:
-        _refresh_copy(directory, loaded.raw)
+        _refresh_copy(directory, loaded)
     return VacuumReport(
         url=directory.url,
         dry_run=dry_run,
@@ -309,16 +309,23 @@ def _listed(directory: Location, current: Manifest | None, versions: list[int]) 
     return {name for m in manifests for f in m.files for name in (f.data, f.index)}
 
 
-def _refresh_copy(directory: Location, payload: bytes) -> None:
+def _refresh_copy(directory: Location, loaded: LoadedManifest) -> None:
     """Point the copy that readers before versions read at the version in force.
 
     A committer that paused between its commit and its copy may have left an older one there,
-    which such readers would read after its files expire.
+    which such readers would read after its files expire. A copy of a newer version than the
+    one this vacuum read (a commit landed meanwhile) stays.
     """
     location = directory.child(MANIFEST_NAME)
     try:
         existing = bytes(location.fs.cat_file(location.path))
     except Exception:
         existing = None
-    if existing != payload:
-        write_compat_copy(directory, payload)
+    if existing == loaded.raw:
+        return
+    try:
+        newer = existing is not None and decode_manifest(existing).version > loaded.manifest.version
+    except FormatError:
+        newer = False
+    if not newer:
+        write_compat_copy(directory, loaded.raw)
