@@ -11,6 +11,7 @@ import os
 import shutil
 import time
 from pathlib import Path
+from typing import Any
 
 import fsspec
 import numpy as np
@@ -311,3 +312,31 @@ def test_a_failed_link_is_a_storage_error_unless_links_are_unsupported(
     with pytest.raises(getattr(ash, expected)):
         create_exclusive(location, b"{}")
     assert os.listdir(tmp_path / VERSIONS_DIR) == []  # the temporary is gone either way
+
+
+def test_an_uncontended_append_on_s3_commits_with_two_puts_after_its_files(
+    s3_endpoint: Any, s3_bucket: str
+) -> None:
+    options = s3_endpoint.storage_options()
+    url = f"{s3_bucket}/ds"
+    ash.write_dataset(rows(0, 20), url, num_subpartitions=N, by="k", storage_options=options)
+    s3_endpoint.log.clear()
+    manifest = ash.write_dataset(
+        rows(20, 20), url, num_subpartitions=N, by="k", mode="append", storage_options=options
+    )
+    log = s3_endpoint.log.requests()
+    # The job reads the version in force once, before it writes (a listing and a GET) ...
+    assert (log[0]["method"], log[0]["query"].startswith("list-type=2")) == ("GET", True)
+    assert log[1]["path"].endswith(f"{VERSIONS_DIR}/{version_name(1)}")
+    # ... and after its pair, the commit builds on that read: the conditional PUT of the next
+    # version and the compatibility copy, nothing else.
+    last_data_put = max(
+        i for i, r in enumerate(log) if r["method"] == "PUT" and ".arrow" in r["path"]
+    )
+    commit_requests = [
+        (r["method"], r["path"].rsplit("/", 1)[-1]) for r in log[last_data_put + 1 :]
+    ]
+    assert commit_requests == [("PUT", version_name(2)), ("PUT", MANIFEST_NAME)]
+    assert log[last_data_put + 1]["if_none_match"] == "*"
+    assert manifest.version == 2
+    assert ids_of(ash.open_dataset(url, options).read()) == list(range(40))

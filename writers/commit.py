@@ -28,7 +28,7 @@ import random
 import time
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from arrowshuffle.format.errors import (
     ArrowShuffleError,
@@ -71,14 +71,29 @@ Build = Callable[[Manifest | None], Manifest | None]
 
 @dataclass(frozen=True)
 class Base:
-    """The dataset a job started from: the version in force then, None when there was none."""
+    """The dataset a job started from: the version in force then, None when there was none.
+
+    With the manifest it read, a commit's first attempt builds on it without reading it again
+    (the version is usually still in force; when it is not, creating its successor fails and
+    the commit reads the version in force).
+    """
 
     version: int | None
+    manifest: Manifest | None = field(default=None, compare=False, repr=False)
 
     @classmethod
     def of(cls, manifest: Manifest | None) -> Base:
         """The base of a job that read ``manifest`` (None: there was no dataset)."""
-        return cls(None if manifest is None else manifest.version)
+        return cls(None if manifest is None else manifest.version, manifest)
+
+    @property
+    def known(self) -> bool:
+        """True when a first attempt may build on this base without reading it again.
+
+        A dataset of one manifest (version 0) is read again: its first commit also keeps the
+        manifest as version 0, which needs the versions listing.
+        """
+        return self.version is None or (self.version > 0 and self.manifest is not None)
 
 
 class CommitOutcomeUnknownError(ShuffleIOError):
@@ -111,7 +126,9 @@ def read_current(directory: Location, versions: list[VersionFile] | None = None)
         return None
 
 
-def commit_version(directory: Location, build: Build, *, operation: str) -> Manifest | None:
+def commit_version(
+    directory: Location, build: Build, *, operation: str, base: Base | None = None
+) -> Manifest | None:
     """Create the next manifest version of ``directory`` from what ``build`` makes of the last.
 
     Args:
@@ -119,6 +136,8 @@ def commit_version(directory: Location, build: Build, *, operation: str) -> Mani
         build: makes the new manifest from the one in force (see :data:`Build`); called again
             whenever another commit landed first.
         operation: what the commit does, recorded in the manifest (``append``, ...).
+        base: what the job read when it started; the first attempt builds on it when it is
+            :attr:`Base.known` (saving a listing and a read when no other commit came between).
 
     Returns:
         The manifest committed, or the one in force when ``build`` returned None.
@@ -134,17 +153,21 @@ def commit_version(directory: Location, build: Build, *, operation: str) -> Mani
     check_exclusive_create(directory)
     commit_id = uuid.uuid4().hex
     for attempt in range(MAX_ATTEMPTS):
-        versions = list_versions(directory)
-        try:
-            current = read_current(directory, versions)
-        except MissingObjectError:
-            if not versions or not _replaced(directory, versions[-1].version):
-                raise
-            continue  # replaced, then expired by a vacuum, between the listing and the read
+        versions: list[VersionFile] | None = None
+        if attempt == 0 and base is not None and base.known:
+            current = base.manifest
+        else:
+            versions = list_versions(directory)
+            try:
+                current = read_current(directory, versions)
+            except MissingObjectError:
+                if not versions or not _replaced(directory, versions[-1].version):
+                    raise
+                continue  # replaced, then expired by a vacuum, between the listing and the read
         manifest = build(current)
         if manifest is None:
             return current
-        if current is not None and not versions:
+        if current is not None and versions is not None and not versions:
             _preserve(directory, current)
         number = 1 if current is None else current.version + 1
         candidate = dataclasses.replace(

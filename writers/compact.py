@@ -47,7 +47,7 @@ from arrowshuffle.format.naming import new_file_name, new_job_id
 from arrowshuffle.format.notation import parse_bytes
 from arrowshuffle.format.partitioners import dataset_spec
 from arrowshuffle.readers.storage import Location, resolve
-from arrowshuffle.writers.commit import CommitOutcomeUnknownError, commit_version
+from arrowshuffle.writers.commit import Base, CommitOutcomeUnknownError, commit_version
 from arrowshuffle.writers.dataset_writer import abort_dataset, manifest_entry, read_manifest
 from arrowshuffle.writers.file_writer import WrittenFile
 from arrowshuffle.writers.merge import DEFAULT_MEMORY, CompactionGroup, Progress, merge_group
@@ -201,7 +201,7 @@ def commit_compaction(
         )
 
     try:
-        manifest = commit_version(directory, build, operation="compact")
+        manifest = commit_version(directory, build, operation="compact", base=Base.of(before))
     except CommitOutcomeUnknownError:
         raise  # a committed version may list the new files: vacuum decides later
     except BaseException:

@@ -203,7 +203,7 @@ def commit_dataset(
 
     try:
         new_files = [manifest_entry(directory, w) for w in written]
-        manifest = commit_version(directory, build, operation=_OPERATIONS[mode])
+        manifest = commit_version(directory, build, operation=_OPERATIONS[mode], base=base)
     except CommitOutcomeUnknownError:
         raise  # a committed version may list the files: vacuum decides later
     except BaseException:

@@ -53,6 +53,7 @@ from arrowshuffle.spark.options import (
 )
 from arrowshuffle.spark.pruning import prune
 from arrowshuffle.spark.types import conform, spark_arrow_schema, spark_schema, writer_arrow_schema
+from arrowshuffle.writers.commit import Base
 from arrowshuffle.writers.dataset_writer import (
     abort_dataset,
     check_commit,
@@ -239,12 +240,15 @@ class ArrowShuffleWriter(DataSourceArrowWriter):
                 "it takes no subpartition_column"
             )
         #: The version this job starts from: an overwrite fails if another job commits first.
-        self.base = check_commit(
-            self._directory(),
-            schema=self.schema,
-            num_subpartitions=options.num_subpartitions,
-            partitioner=self.partitioner_spec,
-            mode=self._mode,
+        #: Only its number: this writer is sent to every task, and a manifest can be large.
+        self.base = Base(
+            check_commit(
+                self._directory(),
+                schema=self.schema,
+                num_subpartitions=options.num_subpartitions,
+                partitioner=self.partitioner_spec,
+                mode=self._mode,
+            ).version
         )
 
     def _directory(self) -> Location:
