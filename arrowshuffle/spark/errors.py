@@ -82,7 +82,7 @@ def _rebuild(cls: type[ArrowShuffleError], message: str) -> ArrowShuffleError | 
     attempts: list[Callable[[], ArrowShuffleError]] = []
     rule = _RULE.fullmatch(message)
     if rule is not None and issubclass(cls, FormatError):
-        attempts.append(lambda: cls(rule.group(2), rule=rule.group(1)))  # type: ignore[call-arg]
+        attempts.append(lambda: cls(rule.group(2), rule=rule.group(1)))
     errno = _ERRNO.fullmatch(message)
     if errno is not None and issubclass(cls, OSError):
         attempts.append(lambda: cls(int(errno.group(1)), errno.group(2)))
