@@ -18,8 +18,9 @@ Writer options:
     ``append`` and ``overwrite`` modes: ``save_mode`` (``error`` or ``ignore``; ``overwrite``
     and ``append`` when they agree with Spark's mode) gives the writer the mode to commit with.
     With ``error`` the job refuses an existing dataset before any task runs, and its commit
-    fails if a dataset appeared meanwhile; with ``ignore`` it keeps an existing dataset and
-    drops its own files. :func:`arrowshuffle.spark.write` sets it from its ``mode``.
+    fails if a dataset appeared meanwhile; with ``ignore`` it keeps an existing dataset (its
+    tasks write nothing; files written before one appeared are removed at commit).
+    :func:`arrowshuffle.spark.write` sets it from its ``mode``.
 
     Each Spark partition is one producer, so some partitioners need ``partitioner_options``
     that every task shares (checked before any task runs): ``range`` needs ``boundaries``
