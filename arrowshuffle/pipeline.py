@@ -81,7 +81,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         "--memory", default="4MiB", help="sort buffer of each writer; a full buffer is a region"
     )
     parser.add_argument(
-        "--out", help="dataset directory (kept); default: a temporary directory (removed)"
+        "--out",
+        help="dataset directory (kept; a dataset already there is replaced); default: a "
+        "temporary directory (removed)",
     )
     parser.add_argument(
         "--keep", action="store_true", help="keep the temporary dataset and print its path"
@@ -195,6 +197,7 @@ def run(
                 partition_by=KEY,
                 compression="lz4",
                 memory=args.memory,
+                mode="overwrite",
             )
         report.check(
             "rows written", dataset.num_rows == args.rows, f"{dataset.num_rows} != {args.rows}"

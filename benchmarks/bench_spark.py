@@ -180,7 +180,9 @@ def read_modes(spark: Any, args: argparse.Namespace, work: str) -> dict[str, Any
         df.count()
         path = os.path.join(work, f"modes-{data.replace(' ', '_')}")
         parquet = path + ".parquet"
-        ash_spark.write(df, path, num_subpartitions=n, partition_by=KEY, compression="lz4")
+        ash_spark.write(
+            df, path, num_subpartitions=n, partition_by=KEY, compression="lz4", mode="overwrite"
+        )
         df.write.mode("overwrite").parquet(parquet)
         expected = aggregate(df)
         df.unpersist()
@@ -273,6 +275,7 @@ def main(argv: list[str] | None = None) -> int:
                 num_subpartitions=n,
                 partition_by=KEY,
                 compression="lz4",
+                mode="overwrite",
             ),
             "repartition parquet": lambda: (
                 df.repartition(n, KEY).write.mode("overwrite").parquet(paths["repartition parquet"])

@@ -48,7 +48,7 @@ from pyspark.sql.types import (
 )
 
 import arrowshuffle.spark as ash_spark
-from arrowshuffle.format.errors import InvalidOptionError
+from arrowshuffle.format.errors import InvalidOptionError, MissingObjectError
 from arrowshuffle.format.naming import MANIFEST_NAME, VERSIONS_DIR, version_name
 from arrowshuffle.readers.dataset import open_dataset
 from arrowshuffle.spark.datasource import ArrowShuffleDataSource, plan_partitions
@@ -333,7 +333,7 @@ def test_reader_options_consumers_and_subpartitions(spark, keys_df, tmp_path):
 
 
 @pytest.mark.spark
-def test_save_modes(spark, keys_df, tmp_path):
+def test_save_modes(spark, keys_df, tmp_path, monkeypatch):
     path = str(tmp_path / "ds")
     small = keys_df.select("id", "int").limit(10)
     with pytest.raises(Exception, match="UNSUPPORTED_DATA_SOURCE_SAVE_MODE"):
@@ -342,19 +342,148 @@ def test_save_modes(spark, keys_df, tmp_path):
         ).save(path)
     assert not os.path.exists(os.path.join(path, MANIFEST_NAME))
     assert not os.path.exists(os.path.join(path, VERSIONS_DIR))
-    ash_spark.write(small, path, num_subpartitions=2, partition_by="int", mode="error")
-    with pytest.raises(InvalidOptionError, match="already exists"):
-        ash_spark.write(small, path, num_subpartitions=2, partition_by="int", mode="error")
+    ash_spark.write(small, path, num_subpartitions=2, partition_by="int")  # new: the default
+    before = snapshot(tmp_path / "ds")
+    # The default mode refuses an existing dataset, naming it as typed and the other modes.
+    monkeypatch.chdir(tmp_path)
+    for mode in ({}, {"mode": "error"}, {"mode": "errorifexists"}):
+        with pytest.raises(InvalidOptionError) as refused:
+            ash_spark.write(small, "ds", num_subpartitions=2, partition_by="int", **mode)
+        message = str(refused.value)
+        assert message.startswith("dataset ds already exists")
+        assert all(f"mode={m!r}" in message for m in ("overwrite", "append", "ignore"))
+    assert snapshot(tmp_path / "ds") == before
     ignored = ash_spark.write(
         keys_df.select("id", "int"), path, num_subpartitions=2, partition_by="int", mode="ignore"
     )
     assert ignored.num_rows == 10
+    assert snapshot(tmp_path / "ds") == before
     appended = ash_spark.write(small, path, num_subpartitions=2, partition_by="int", mode="append")
     assert appended.num_rows == 20
     # append with another key is refused on the driver, before any task runs
-    with pytest.raises(Exception, match="cannot append"):
+    with pytest.raises(InvalidOptionError, match=r"^cannot append"):
         ash_spark.write(small, path, num_subpartitions=2, partition_by="id", mode="append")
     assert open_dataset(path).num_rows == 20
+    replaced = ash_spark.write(
+        small.limit(3), "ds", num_subpartitions=2, partition_by="int", mode="overwrite"
+    )
+    assert replaced.num_rows == 3 and replaced.version == 3
+
+
+def snapshot(path: Path) -> dict[str, bytes]:
+    """Every file under ``path`` (manifest versions included), by relative name."""
+    return {str(p.relative_to(path)): p.read_bytes() for p in path.rglob("*") if p.is_file()}
+
+
+@pytest.mark.spark
+def test_the_save_mode_option_gives_the_dataframe_writer_error_and_ignore(spark, keys_df, tmp_path):
+    path = str(tmp_path / "nested" / "ds")  # a dataset creates its directory, parents too
+    small = keys_df.select("id", "int").limit(10)
+
+    def save(save_mode: str, spark_mode: str = "overwrite") -> None:
+        (
+            small.write.format("arrowshuffle")
+            .option("num_subpartitions", 2)
+            .option("partition_by", "int")
+            .option("save_mode", save_mode)
+            .mode(spark_mode)
+            .save(path)
+        )
+
+    save("error")
+    before = snapshot(Path(path))
+    with pytest.raises(Exception, match="already exists"):
+        save("error")
+    save("ignore")
+    assert snapshot(Path(path)) == before  # ignore: no task wrote a file
+    with pytest.raises(Exception, match="save_mode is 'overwrite' but Spark's save mode"):
+        save("overwrite", "append")
+    assert open_dataset(path).num_rows == 10
+
+
+def test_save_mode_option_values():
+    base = {"path": "/x", "num_subpartitions": "2", "partition_by": "k"}
+    assert parse_write_options(base).commit_mode(True) == "overwrite"
+    assert parse_write_options(base).commit_mode(False) == "append"
+    assert parse_write_options({**base, "save_mode": "ErrorIfExists"}).save_mode == "error"
+    assert parse_write_options({**base, "save_mode": "ignore"}).commit_mode(False) == "ignore"
+    with pytest.raises(InvalidOptionError, match=r"^option save_mode must be one of"):
+        parse_write_options({**base, "save_mode": "replace"})
+    with pytest.raises(InvalidOptionError, match="but Spark's save mode is 'overwrite'"):
+        parse_write_options({**base, "save_mode": "append"}).commit_mode(True)
+
+
+def test_errors_spark_wraps_are_found_and_rebuilt_with_their_message():
+    from arrowshuffle.format.errors import CorruptFileError, MissingExtraError
+    from arrowshuffle.spark.errors import original_error, spark_errors
+
+    def wrapped(line: str) -> Exception:
+        return RuntimeError(
+            "[PYTHON_DATA_SOURCE_ERROR] Failed to initialize Python data source writer: "
+            'Traceback (most recent call last):\n  File "x.py", line 1, in writer\n'
+            f"    raise error\n{line}\n SQLSTATE: 38000\n\tat org.apache.spark.Foo(Foo.scala:1)"
+        )
+
+    plain = original_error(wrapped("arrowshuffle.format.errors.InvalidOptionError: bad\nvalue"))
+    assert type(plain) is InvalidOptionError and str(plain) == "bad\nvalue"
+    ruled = original_error(wrapped("arrowshuffle.format.errors.CorruptFileError: [V4] torn"))
+    assert type(ruled) is CorruptFileError and ruled.rule == "V4" and ruled.detail == "torn"
+    missing = original_error(wrapped("arrowshuffle.format.errors.MissingObjectError: [Errno 2] x"))
+    assert (
+        type(missing) is MissingObjectError and missing.errno == 2 and str(missing) == "[Errno 2] x"
+    )
+    # Not ours, not an error class, or one that cannot be rebuilt with its message: None.
+    assert original_error(wrapped("ValueError: arrowshuffle.format.errors")) is None
+    assert original_error(wrapped("arrowshuffle.format.errors.import_optional: x")) is None
+    assert original_error(wrapped(f"{MissingExtraError.__module__}.MissingExtraError: x")) is None
+    with pytest.raises(InvalidOptionError, match=r"^bad$") as raised, spark_errors():
+        raise wrapped("arrowshuffle.format.errors.InvalidOptionError: bad")
+    assert isinstance(raised.value.__cause__, RuntimeError)
+    with pytest.raises(RuntimeError, match="SQLSTATE"), spark_errors():
+        raise wrapped("java.lang.OutOfMemoryError: heap")
+
+
+@pytest.mark.spark
+def test_option_errors_through_the_helpers_come_first_as_our_class(spark, keys_df, tmp_path):
+    path = str(tmp_path / "ds")
+    small = keys_df.select("id", "int").limit(10)
+    # Refused on the driver before Spark runs anything: no traceback in front of the message.
+    with pytest.raises(InvalidOptionError) as bad:
+        ash_spark.write(small, path, num_subpartitions=2, partition_by="int", compression="zz")
+    assert str(bad.value).startswith("compression must be one of none, lz4, zstd")
+    with pytest.raises(InvalidOptionError) as misspelt:
+        ash_spark.write(small, path, num_subpartitions=2, partition_by="int", compresion="lz4")
+    assert str(misspelt.value).startswith("unknown option(s) ['compresion']")
+    with pytest.raises(InvalidOptionError) as missing_key:
+        ash_spark.write(small, path, num_subpartitions=2, partition_by="nope")
+    assert str(missing_key.value).startswith("option partition_by names 'nope'")
+    assert not os.path.exists(os.path.join(path, VERSIONS_DIR))
+    ash_spark.write(small, path, num_subpartitions=4, partition_by="int")
+    with pytest.raises(InvalidOptionError) as bad_read:
+        ash_spark.read(spark, path, partitioning="consumers")
+    assert str(bad_read.value).startswith("partitioning 'consumers' needs option consumers")
+    with pytest.raises(InvalidOptionError) as out_of_range:
+        ash_spark.read(spark, path, subpartitions="2-9")
+    assert str(out_of_range.value).startswith("option subpartitions: subpartition 9 does not exist")
+    # Raised inside Spark (the source's schema() finds no dataset): our class and message,
+    # chained from Spark's exception.
+    with pytest.raises(MissingObjectError) as absent:
+        ash_spark.read(spark, str(tmp_path / "absent"))
+    assert str(absent.value).startswith(f"[Errno 2] {tmp_path / 'absent'} is not an arrowshuffle")
+    assert absent.value.__cause__ is not None
+    assert "arrowshuffle" not in type(absent.value.__cause__).__module__
+
+
+@pytest.mark.spark
+def test_the_helpers_take_a_relative_path_from_the_current_directory(
+    spark, keys_df, tmp_path, monkeypatch
+):
+    # Spark's Python workers resolve paths in the directory Spark started in, not here.
+    monkeypatch.chdir(tmp_path)
+    small = keys_df.select("id", "int").limit(10)
+    written = ash_spark.write(small, "relative", num_subpartitions=2, partition_by="int")
+    assert written.num_rows == 10 and (tmp_path / "relative" / VERSIONS_DIR).is_dir()
+    assert ash_spark.read(spark, "relative").count() == 10
 
 
 @pytest.mark.spark

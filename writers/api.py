@@ -109,23 +109,28 @@ def write_dataset(
     path: str | os.PathLike[str],
     *,
     num_subpartitions: int,
-    mode: str = "overwrite",
+    mode: str = "error",
     storage_options: dict[str, Any] | None = None,
     **write_options: Any,
 ) -> Manifest:
     """Write ``data`` as one more file of the dataset at ``path`` and commit its manifest.
 
     The file is written under a fresh name, then the dataset's next manifest version is
-    created, replacing (``overwrite``) or extending (``append``) the dataset: readers see the
-    old version until that single atomic step. Jobs may commit to one dataset at once: appends
-    all land; an overwrite that another job's commit overtook raises
-    :class:`~arrowshuffle.format.errors.CommitConflictError` and commits nothing.
+    created: readers see the old version until that single atomic step. By default an existing
+    dataset is refused before anything is written; ``mode`` says what to do with one instead:
+    replace it (``overwrite``), add to it (``append``) or keep it (``ignore``). Jobs may commit
+    to one dataset at once: appends all land; an overwrite that another job's commit overtook
+    raises :class:`~arrowshuffle.format.errors.CommitConflictError` and commits nothing.
 
     Args:
         data: anything :func:`write` takes.
-        path: the dataset directory, a local path or an fsspec URL.
+        path: the dataset directory, a local path or an fsspec URL (created if missing).
         num_subpartitions: how many subpartitions the file has.
-        mode: ``overwrite``, ``append``, ``error`` or ``ignore`` (as Spark's save modes).
+        mode: Spark's save modes: ``error`` (the default; also ``errorifexists``) refuses an
+            existing dataset, ``overwrite`` replaces it (its files stay for readers of the old
+            version until :func:`~arrowshuffle.writers.vacuum.vacuum`), ``append`` adds this
+            file to it (same schema, subpartition count and partitioner), ``ignore`` keeps it
+            and writes nothing.
         storage_options: passed to fsspec for URLs.
         **write_options: the other options of :func:`write` (``by``, ``partitioner``,
             ``compression``, ``memory``, ...).
@@ -134,12 +139,21 @@ def write_dataset(
         The manifest now in force.
 
     Raises:
+        InvalidOptionError: a dataset already at ``path`` in ``error`` mode (nothing is
+            written), an unknown mode, or an ``append`` of data with another subpartition
+            count or partitioner.
+        SchemaMismatchError: an ``append`` of data with another schema.
         CommitConflictError: another job committed since this one started (``overwrite``,
             ``error``).
+
+    Example:
+        >>> write_dataset(table, "ds", num_subpartitions=8, by="k")  # doctest: +SKIP
+        >>> write_dataset(more, "ds", num_subpartitions=8, by="k", mode="append")  # doctest: +SKIP
     """
+    mode = normalize_mode(mode)
     directory = prepare_directory(path, storage_options)
-    base = check_commit(directory, mode=mode)
-    if base.version is not None and normalize_mode(mode) == "ignore":
+    base = check_commit(directory, mode=mode, name=os.fspath(path))
+    if base.version is not None and mode == "ignore":
         existing = read_manifest(directory)
         if existing is not None:
             return existing

@@ -70,6 +70,7 @@ __all__ = [
     "check_append",
     "check_commit",
     "commit_dataset",
+    "exists_error",
     "manifest_entry",
     "normalize_mode",
     "prepare_directory",
@@ -184,7 +185,7 @@ def commit_dataset(
         if base is not None and mode in ("overwrite", "error") and found != base.version:
             raise _conflict(directory, mode, base.version, found)
         if current is not None and mode == "error":
-            raise _exists(directory)
+            raise exists_error(directory.url)
         kept: tuple[ManifestFile, ...] = ()
         kept_properties: dict[str, str] = {}
         if current is not None and mode == "append":
@@ -244,9 +245,15 @@ def _conflict(
     )
 
 
-def _exists(directory: Location) -> InvalidOptionError:
+def exists_error(name: str) -> InvalidOptionError:
+    """The error of a write in ``error`` mode (the default) to the existing dataset ``name``.
+
+    Args:
+        name: the dataset's path as the user gave it.
+    """
     return InvalidOptionError(
-        f"dataset {directory.url} already exists; use mode 'overwrite' or 'append'"
+        f"dataset {name} already exists; pass mode='overwrite' to replace it, mode='append' "
+        "to add to it, or mode='ignore' to keep it and write nothing"
     )
 
 
@@ -257,6 +264,7 @@ def check_commit(
     schema: pa.Schema | None = None,
     num_subpartitions: int | None = None,
     partitioner: dict[str, Any] | None = None,
+    name: str | None = None,
 ) -> Base:
     """Refuse now a commit that :func:`commit_dataset` would refuse, before files are written.
 
@@ -267,6 +275,7 @@ def check_commit(
             refused now rather than at commit.
         num_subpartitions: the subpartition count the job will write, when known.
         partitioner: the partitioner spec the job will write, when known.
+        name: the dataset's path as the user gave it, for messages (default: its URL).
 
     Returns:
         The version the job starts from, for :func:`commit_dataset`'s ``base``.
@@ -282,7 +291,7 @@ def check_commit(
     previous = read_manifest(directory)
     if previous is not None:
         if mode == "error":
-            raise _exists(directory)
+            raise exists_error(directory.url if name is None else name)
         if mode == "append" and schema is not None and num_subpartitions is not None:
             check_append(previous, schema, num_subpartitions, partitioner or {}, directory.url)
     return Base.of(previous)

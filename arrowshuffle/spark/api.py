@@ -20,9 +20,16 @@ from arrowshuffle.format.partitioners.range_partitioner import (
 )
 from arrowshuffle.readers.dataset import ShuffleDataset, open_dataset
 from arrowshuffle.readers.integrity import Verify, resolve_verify
-from arrowshuffle.spark.options import DEFAULT_PARTITIONING, FORMAT_NAME
+from arrowshuffle.readers.storage import resolve
+from arrowshuffle.spark.errors import spark_errors
+from arrowshuffle.spark.options import (
+    DEFAULT_PARTITIONING,
+    FORMAT_NAME,
+    parse_read_options,
+    parse_write_options,
+)
 from arrowshuffle.spark.session import SparkUnavailableError
-from arrowshuffle.writers.dataset_writer import normalize_mode, read_manifest
+from arrowshuffle.writers.dataset_writer import exists_error, normalize_mode, read_manifest
 
 #: Spark's seed for ``hash()`` and ``repartition``: only then do the JVM's ids match.
 SPARK_SEED = 42
@@ -244,7 +251,7 @@ def write(
     num_subpartitions: int,
     partition_by: str | Sequence[str] | None = None,
     partitioner: str | None = None,
-    mode: str = "overwrite",
+    mode: str = "error",
     storage_options: dict[str, Any] | None = None,
     **options: Any,
 ) -> ShuffleDataset:
@@ -255,9 +262,14 @@ def write(
     as ``pmod(hash(cols), num_subpartitions)``, so subpartition ``s`` holds exactly the rows
     ``df.repartition(num_subpartitions, *cols)`` puts in partition ``s``.
 
+    The options, the save mode and the DataFrame's columns are checked here, before Spark runs
+    a job; an error the data source raises inside Spark all the same (a task's, the commit's)
+    is raised as its own class with its own message, chained from Spark's exception.
+
     Args:
         df: the Spark DataFrame.
-        path: the dataset directory, local or any fsspec URL.
+        path: the dataset directory, local (relative to this process's current directory)
+            or any fsspec URL; created if missing.
         num_subpartitions: how many subpartitions every file is split into.
         partition_by: the key column(s), a list or ``"k1,k2"``.
         partitioner: the partitioner name (``hash`` when ``partition_by`` is given). Every
@@ -266,38 +278,55 @@ def write(
             the number of partitions as ``num_producers``, and ``range`` draws its boundaries
             once, on the driver, from a sample (:func:`range_boundaries`), unless
             ``partitioner_options`` gives ``boundaries``.
-        mode: ``overwrite``, ``append``, ``error`` (refuse an existing dataset) or ``ignore``
-            (keep an existing dataset, write nothing). ``error`` and ``ignore`` check before
-            the job starts, so two concurrent writers may still both write.
+        mode: Spark's save modes: ``error`` (the default; also ``errorifexists``) refuses an
+            existing dataset before any job runs, ``overwrite`` replaces it, ``append`` adds
+            to it, ``ignore`` keeps it and writes nothing. The commit checks the mode again:
+            a dataset another job created meanwhile fails an ``error`` or ``overwrite`` write
+            with :class:`~arrowshuffle.format.errors.CommitConflictError`.
         storage_options: fsspec options for URLs (credentials, endpoint, ...).
         **options: other writer options: ``memory``, ``compression``, ``max_batch_rows``,
-            ``partitioner_options`` (a dict); anything else is a storage option.
+            ``partitioner_options`` (a dict); anything else is a storage option (refused for
+            a local path, where it can only be a misspelt option).
 
     Returns:
         The dataset now at ``path`` (in ``ignore`` mode, the one that was already there).
 
     Raises:
         InvalidOptionError: a bad option, or an existing dataset in ``error`` mode.
+        SchemaMismatchError: an ``append`` of data with another schema.
+        CommitConflictError: another job committed to the dataset while this one wrote.
         MissingExtraError: pyspark is not installed.
     """
     F = import_optional("pyspark.sql.functions", "spark", "arrowshuffle.spark")
     if not hasattr(df, "sparkSession") or not hasattr(df, "write"):
         raise InvalidOptionError(f"expected a Spark DataFrame, found {type(df).__name__}")
     register(df.sparkSession)
+    from arrowshuffle.spark.datasource import ArrowShuffleWriter
+
     mode = normalize_mode(mode)
     by = _columns(partition_by)
     name = (partitioner or ("hash" if by else "")).lower() or None
     target = os.fspath(path)
-    if mode in ("error", "ignore"):
-        from arrowshuffle.readers.storage import resolve
-
-        if read_manifest(resolve(target, storage_options)) is not None:
-            if mode == "ignore":
-                return open_dataset(target, storage_options)
-            raise InvalidOptionError(
-                f"dataset {target} already exists; use mode 'overwrite' or 'append'"
-            )
     settings: dict[str, Any] = {"num_subpartitions": num_subpartitions, **options}
+    if by:
+        settings["partition_by"] = ",".join(by)
+    if name is not None:
+        settings["partitioner"] = name
+    if storage_options:
+        settings["storage_options"] = storage_options
+    settings["save_mode"] = mode
+    parse_write_options(_option_texts(settings, target))  # before any Spark job (sampling)
+    for column in by:
+        if column not in df.columns:  # Spark's own error would name the hash expression
+            raise InvalidOptionError(
+                f"option partition_by names {column!r}, which the DataFrame does not have; "
+                f"its columns are {df.columns}"
+            )
+    checks_existing = mode in ("error", "ignore")
+    if checks_existing and read_manifest(resolve(target, storage_options)) is not None:
+        if mode == "ignore":
+            return open_dataset(target, storage_options)
+        raise exists_error(target)
     given = dict(options.get("partitioner_options") or {})
     chosen = _producer_options(df, name, num_subpartitions, given)
     if name == "range" and len(by) == 1 and "boundaries" not in chosen and "sample" not in chosen:
@@ -305,24 +334,42 @@ def write(
         chosen["boundaries"] = range_boundaries(df, by[0], num_subpartitions, **sampling)
     if chosen:
         settings["partitioner_options"] = chosen
-    if by:
-        settings["partition_by"] = ",".join(by)
-    if name is not None:
-        settings["partitioner"] = name
-    if storage_options:
-        settings["storage_options"] = storage_options
-    seed = dict(options.get("partitioner_options") or {}).get("seed", SPARK_SEED)
+    seed = given.get("seed", SPARK_SEED)
     if name == "hash" and by and seed == SPARK_SEED:
         if SUBPARTITION_COLUMN in df.columns:
             raise InvalidOptionError(f"the DataFrame already has a column {SUBPARTITION_COLUMN}")
         ids = F.pmod(F.hash(*[F.col(_quoted(c)) for c in by]), F.lit(num_subpartitions))
         df = df.withColumn(SUBPARTITION_COLUMN, ids)
         settings["subpartition_column"] = SUBPARTITION_COLUMN
-    writer = df.write.format(FORMAT_NAME).mode("append" if mode == "append" else "overwrite")
-    for key, value in settings.items():
-        writer = writer.option(key, _option_text(key, value))
-    writer.save(target)
+    texts = _option_texts(settings, spark_path(target))
+    overwrite = mode != "append"
+    # What Spark's writer would refuse, refused here: columns, partitioner, the save mode.
+    ArrowShuffleWriter(parse_write_options(texts), df.schema, overwrite)
+    writer = df.write.format(FORMAT_NAME).mode("overwrite" if overwrite else "append")
+    for key, value in texts.items():
+        if key != "path":
+            writer = writer.option(key, value)
+    with spark_errors():
+        writer.save(texts["path"])
     return open_dataset(target, storage_options)
+
+
+def spark_path(path: str) -> str:
+    """``path`` as Spark's Python workers must be given it: a local path made absolute here.
+
+    The workers resolve a relative path in the directory Spark started in, not in this
+    process's current directory.
+    """
+    if "://" in path or path.startswith("file:"):
+        return path
+    return os.path.abspath(path)
+
+
+def _option_texts(settings: dict[str, Any], path: str) -> dict[str, str]:
+    """The options as the data source receives them (strings), with the path."""
+    texts = {key: _option_text(key, value) for key, value in settings.items()}
+    texts["path"] = path
+    return texts
 
 
 def _default_parallelism(spark: Any) -> int | None:
@@ -357,7 +404,8 @@ def read(
 
     Args:
         spark: the SparkSession.
-        path: the dataset directory, local or any fsspec URL.
+        path: the dataset directory, local (relative to this process's current directory)
+            or any fsspec URL.
         partitioning: ``"plan"`` (the default), ``"subpartition"`` (Spark partition ``i``
             reads the ``i``-th selected subpartition) or ``"consumers"`` (implied by
             ``consumers``).
@@ -376,12 +424,16 @@ def read(
         storage_options: fsspec options for URLs.
         **options: other options, passed as storage options.
 
+    The options (and a ``subpartitions`` selection, against the dataset) are checked here,
+    before Spark plans the query; an error the data source raises inside Spark while loading
+    (no dataset at ``path``, say) is raised as its own class, chained from Spark's exception.
+
     Raises:
-        InvalidOptionError: a bad option value, or plan options with another partitioning
-            (when Spark plans the query).
+        InvalidOptionError: a bad option value, plan options with another partitioning, or
+            subpartitions the dataset does not have.
+        MissingObjectError: no dataset at ``path``.
     """
     register(spark)
-    reader = spark.read.format(FORMAT_NAME)
     settings: dict[str, Any] = dict(options)
     if partitioning is not None:
         settings["partitioning"] = partitioning
@@ -410,6 +462,15 @@ def read(
         settings["verify"] = resolve_verify(verify, remote=False)
     if storage_options:
         settings["storage_options"] = storage_options
-    for key, value in settings.items():
-        reader = reader.option(key, _option_text(key, value))
-    return reader.load(os.fspath(path))
+    target = spark_path(os.fspath(path))
+    texts = _option_texts(settings, target)
+    config = parse_read_options(texts)  # the data source's own checks, before Spark's
+    if config.subpartitions is not None:
+        # Checked by Spark only when the query runs, where this call can no longer help.
+        config.selection(open_dataset(target, config.storage_options).num_subpartitions)
+    reader = spark.read.format(FORMAT_NAME)
+    for key, value in texts.items():
+        if key != "path":
+            reader = reader.option(key, value)
+    with spark_errors():
+        return reader.load(target)

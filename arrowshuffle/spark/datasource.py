@@ -7,7 +7,12 @@ manifest last (:func:`~arrowshuffle.writers.dataset_writer.commit_dataset`), lis
 files of the successful attempts; ``abort`` removes every file of the job. Spark accepts only
 the ``append`` and ``overwrite`` save modes for Python data sources; its default
 (``errorifexists``) and ``ignore`` stop before any task runs with
-``UNSUPPORTED_DATA_SOURCE_SAVE_MODE`` (``arrowshuffle.spark.write`` offers both).
+``UNSUPPORTED_DATA_SOURCE_SAVE_MODE``. The writer option ``save_mode`` gives them to the
+writer instead (``arrowshuffle.spark.write`` sets it; its default mode is ``error``).
+
+Errors of this package raised on the driver (a bad option, an existing dataset) reach the user
+inside Spark's exception, after a traceback: the driver-side methods raise them with a
+traceback of one frame, so that the message follows Spark's few lines of preamble.
 
 Reading: by default each Spark partition reads one task of the dataset's read plan
 (:meth:`~arrowshuffle.readers.dataset.ShuffleDataset.plan`, made on the driver from the
@@ -23,15 +28,17 @@ column of a ``hash``/``key_group``/``column`` dataset skip the subpartitions the
 
 from __future__ import annotations
 
+import functools
 import uuid
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ParamSpec, TypeVar
 
 import numpy as np
 import pyarrow as pa
 
 from arrowshuffle.format.errors import (
+    ArrowShuffleError,
     InvalidOptionError,
     MissingExtraError,
     MissingObjectError,
@@ -73,6 +80,28 @@ try:  # the data source is built on pyspark's classes: importing it needs pyspar
     )
 except ImportError as exc:
     raise MissingExtraError("pyspark", "spark", "arrowshuffle.spark.datasource", str(exc)) from exc
+
+_P = ParamSpec("_P")
+_T = TypeVar("_T")
+
+
+def message_first(method: Callable[_P, _T]) -> Callable[_P, _T]:
+    """Raise this package's errors from ``method`` with a traceback of this one frame.
+
+    Spark shows an error of a data source's driver-side method as the traceback Python prints
+    for it, inside its own exception: the frames of option parsing would stand between Spark's
+    preamble and the message. The error's cause keeps its traceback.
+    """
+
+    @functools.wraps(method)
+    def wrapper(*args: _P.args, **kwargs: _P.kwargs) -> _T:
+        try:
+            return method(*args, **kwargs)
+        except ArrowShuffleError as error:
+            raise error.with_traceback(None) from error.__cause__
+
+    return wrapper
+
 
 # --------------------------------------------------------------------------------- writing
 
@@ -239,6 +268,8 @@ class ArrowShuffleWriter(DataSourceArrowWriter):
                 f"the {options.partitioner} partitioner sends every row to every subpartition: "
                 "it takes no subpartition_column"
             )
+        #: The save mode the job commits with: Spark's, or the ``save_mode`` option.
+        self.mode = options.commit_mode(overwrite)
         #: The version this job starts from: an overwrite fails if another job commits first.
         #: Only its number: this writer is sent to every task, and a manifest can be large.
         self.base = Base(
@@ -247,16 +278,17 @@ class ArrowShuffleWriter(DataSourceArrowWriter):
                 schema=self.schema,
                 num_subpartitions=options.num_subpartitions,
                 partitioner=self.partitioner_spec,
-                mode=self._mode,
+                mode=self.mode,
+                name=options.path,
             ).version
         )
+        #: ``ignore`` over an existing dataset: tasks write nothing, the commit keeps it.
+        self.keeps_existing = self.mode == "ignore" and self.base.version is not None
+        # A dataset creates its directory, as Spark's file sources do (tasks write into it).
+        prepare_directory(options.path, options.storage_options)
 
     def _directory(self) -> Location:
         return resolve(self.options.path, self.options.storage_options)
-
-    @property
-    def _mode(self) -> str:
-        return "overwrite" if self.overwrite else "append"
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> ShuffleCommitMessage:
         """Write this task's rows to one new data/index pair (nothing for an empty task)."""
@@ -271,6 +303,8 @@ class ArrowShuffleWriter(DataSourceArrowWriter):
         :meth:`write` calls it with the Spark task's identity; call it directly to drive the
         writer without Spark.
         """
+        if self.keeps_existing:
+            return ShuffleCommitMessage(partition, attempt, None)
         name = new_file_name(partition, attempt, job_id=self.job_id)
         # A dataset creates its directory (each task: a cluster's disks are not the driver's).
         url = prepare_directory(self.options.path, self.options.storage_options).child(name).url
@@ -313,6 +347,7 @@ class ArrowShuffleWriter(DataSourceArrowWriter):
                 chosen.setdefault(message.partition, message.written)
         return [chosen[p] for p in sorted(chosen)]
 
+    @message_first
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:
         """Write the manifest listing exactly the files of the successful attempts."""
         commit_dataset(
@@ -321,7 +356,7 @@ class ArrowShuffleWriter(DataSourceArrowWriter):
             schema=self.schema,
             num_subpartitions=self.options.num_subpartitions,
             partitioner=self.partitioner_spec,
-            mode=self._mode,
+            mode=self.mode,
             properties={"writer": "spark", "job_id": self.job_id},
             job_id=self.job_id,
             base=self.base,
@@ -471,6 +506,7 @@ class ArrowShuffleReader(DataSourceReader):
         self.partitioner_spec = dataset.partitioner
         self.stored_schema = dataset.schema
 
+    @message_first
     def partitions(self) -> list[InputPartition]:
         """The Spark partitions of the read, as option ``partitioning`` cuts it.
 
@@ -554,11 +590,13 @@ class ArrowShuffleDataSource(DataSource):
         """The format name: ``arrowshuffle``."""
         return FORMAT_NAME
 
+    @message_first
     def schema(self) -> Any:
         """The Spark schema derived from the dataset manifest's Arrow schema."""
         options = parse_read_options(self.options)
         return spark_schema(open_dataset(options.path, options.storage_options).schema)
 
+    @message_first
     def reader(self, schema: Any) -> ArrowShuffleReader:
         """A reader of the dataset (its files are checked against the manifest first)."""
         options = parse_read_options(self.options)
@@ -566,6 +604,7 @@ class ArrowShuffleDataSource(DataSource):
             return PruningArrowShuffleReader(options, schema)
         return ArrowShuffleReader(options, schema)
 
+    @message_first
     def writer(self, schema: Any, overwrite: bool) -> ArrowShuffleWriter:
         """A writer of one shuffle file per task, committed by one manifest."""
         return ArrowShuffleWriter(parse_write_options(self.options), schema, overwrite)

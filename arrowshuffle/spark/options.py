@@ -12,7 +12,15 @@ Writer options:
     extra partitioner arguments), ``memory`` (``"256MiB"``; default: the process-wide pool),
     ``compression`` (``none``/``lz4``/``zstd``), ``max_batch_rows``, ``subpartition_column``
     (a column that already holds each row's subpartition; it is not stored),
-    ``storage_options``.
+    ``storage_options``, ``save_mode``.
+
+    Spark passes a Python data source only whether it overwrites, and accepts only its
+    ``append`` and ``overwrite`` modes: ``save_mode`` (``error`` or ``ignore``; ``overwrite``
+    and ``append`` when they agree with Spark's mode) gives the writer the mode to commit with.
+    With ``error`` the job refuses an existing dataset before any task runs, and its commit
+    fails if a dataset appeared meanwhile; with ``ignore`` it keeps an existing dataset (its
+    tasks write nothing; files written before one appeared are removed at commit).
+    :func:`arrowshuffle.spark.write` sets it from its ``mode``.
 
     Each Spark partition is one producer, so some partitioners need ``partitioner_options``
     that every task shares (checked before any task runs): ``range`` needs ``boundaries``
@@ -60,6 +68,7 @@ from arrowshuffle.readers.balance import (
     DEFAULT_TARGET_BYTES,
 )
 from arrowshuffle.readers.integrity import Verify
+from arrowshuffle.writers.dataset_writer import SAVE_MODES, normalize_mode
 from arrowshuffle.writers.file_writer import DEFAULT_MAX_BATCH_ROWS, normalize_compression
 
 #: The name of the data source: ``spark.read.format(FORMAT_NAME)``.
@@ -77,6 +86,7 @@ WRITER_OPTIONS = frozenset(
         "max_batch_rows",
         "subpartition_column",
         "storage_options",
+        "save_mode",
     }
 )
 #: The options that tune ``partitioning=plan`` (refused with the other modes).
@@ -121,6 +131,25 @@ class WriteOptions:
     max_batch_rows: int = DEFAULT_MAX_BATCH_ROWS
     subpartition_column: str | None = None
     storage_options: dict[str, Any] = field(default_factory=dict)
+    #: The save mode to commit with (``error``, ``ignore``, ...); None: Spark's own mode.
+    save_mode: str | None = None
+
+    def commit_mode(self, overwrite: bool) -> str:
+        """The mode the job commits with, given Spark's ``overwrite`` flag.
+
+        Raises:
+            InvalidOptionError: ``save_mode`` ``overwrite`` or ``append`` that contradicts
+                Spark's mode.
+        """
+        spark_mode = "overwrite" if overwrite else "append"
+        if self.save_mode is None:
+            return spark_mode
+        if self.save_mode in ("overwrite", "append") and self.save_mode != spark_mode:
+            raise InvalidOptionError(
+                f"option save_mode is {self.save_mode!r} but Spark's save mode is "
+                f"{spark_mode!r}; give the same mode to .mode() or leave save_mode out"
+            )
+        return self.save_mode
 
 
 @dataclass(frozen=True)
@@ -340,6 +369,15 @@ def parse_write_options(options: Mapping[str, str]) -> WriteOptions:
             "'round_robin'), or option subpartition_column"
         )
     memory = parse_bytes(opts["memory"], name="option memory") if "memory" in opts else None
+    save_mode = None
+    if opts.get("save_mode", "").strip():
+        try:
+            save_mode = normalize_mode(opts["save_mode"].strip())
+        except InvalidOptionError:
+            raise InvalidOptionError(
+                f"option save_mode must be one of {', '.join(SAVE_MODES)}, "
+                f"found {opts['save_mode']!r}"
+            ) from None
     return WriteOptions(
         path=path,
         num_subpartitions=num,
@@ -359,6 +397,7 @@ def parse_write_options(options: Mapping[str, str]) -> WriteOptions:
         ),
         subpartition_column=column,
         storage_options=storage,
+        save_mode=save_mode,
     )
 
 
