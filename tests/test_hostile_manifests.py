@@ -300,9 +300,11 @@ def test_the_command_line_refuses_deep_nesting_in_one_line(
     replace_manifest(directory, deep_nesting(b""))
     status, out, err = run_cli("validate", str(directory))
     assert status == 1
-    assert out == f"INVALID {directory}: [M1] manifest nests arrays and objects 100000 deep, " + (
-        "expected at most 64\n"
+    assert out.startswith(
+        f"INVALID {directory}: [M1] manifest nests arrays and objects 100000 deep, "
+        "expected at most 64"
     )
+    assert out.count("\n") == 1
     assert "Traceback" not in err and "RecursionError" not in err
 
 

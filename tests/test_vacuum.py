@@ -366,18 +366,27 @@ def test_cli_removes_and_prints_one_line_per_object(killed):
     dry = run_cli("vacuum", str(path), "--older-than", "0", "--dry-run")
     assert dry.returncode == 0, dry.stderr
     lines = dry.stdout.splitlines()
-    doomed = leftovers | {REPLACED}
-    assert sorted(lines[:-1]) == sorted(f"would remove {path}/{n}" for n in doomed)
-    assert lines[-1] == f"dry run of {path}: would remove {len(doomed)} objects"
+    expiring = [line for line in lines[:-1] if line.startswith("would expire version ")]
+    assert len(expiring) == 1  # the version the append replaced
+    assert expiring[0].endswith(f"({path}/{REPLACED})")
+    files = [line for line in lines[:-1] if line not in expiring]
+    assert sorted(files) == sorted(f"would remove {path}/{n}" for n in leftovers)
+    assert lines[-1] == (
+        f"dry run of {path}: would remove {len(leftovers)} objects, would expire version 1; "
+        "retained version 2"
+    )
     kept = run_cli("vacuum", str(path))
     assert kept.returncode == 0, kept.stderr
-    assert kept.stdout.splitlines() == [
+    assert kept.stdout.splitlines()[0].startswith(
         f"vacuumed {path}: removed 0 objects, kept {len(leftovers)} modified within 1h"
-    ]
+    )
     done = run_cli("vacuum", str(path), "--older-than", "0")
     assert done.returncode == 0, done.stderr
-    assert sorted(done.stdout.splitlines()[:-1]) == sorted(f"removed {path}/{n}" for n in doomed)
-    assert done.stdout.splitlines()[-1] == f"vacuumed {path}: removed {len(doomed)} objects"
+    done_lines = [line for line in done.stdout.splitlines()[:-1] if "expired version" not in line]
+    assert sorted(done_lines) == sorted(f"removed {path}/{n}" for n in leftovers)
+    assert done.stdout.splitlines()[-1].startswith(
+        f"vacuumed {path}: removed {len(leftovers)} objects, expired version 1"
+    )
     assert done.stderr == ""
     assert committed(str(path)) == before
 

@@ -80,7 +80,9 @@ def test_a_version_not_retained_is_a_clear_missing_object(tmp_path: Path) -> Non
     for i in range(3):
         ash.write_dataset(rows(i * 10, 10), path, num_subpartitions=N, by="k", mode="append")
     ash.vacuum(path, older_than=0)
-    with pytest.raises(MissingObjectError, match=r"no manifest version 1: only version 3 is retained"):
+    with pytest.raises(
+        MissingObjectError, match=r"no manifest version 1: only version 3 is retained"
+    ):
         ash.open_dataset(path, version=1)
     with pytest.raises(InvalidOptionError, match="version must be an integer"):
         ash.open_dataset(path, version=-1)
