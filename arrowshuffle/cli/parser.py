@@ -136,8 +136,8 @@ def build_parser() -> Parser:
     )
     parser = Parser(
         prog="arrowshuffle",
-        description="Validate, inspect, plan, read and vacuum arrowshuffle files (Arrow IPC + "
-        "index sidecar) and datasets.",
+        description="Validate, inspect, plan, read, compact and vacuum arrowshuffle files (Arrow "
+        "IPC + index sidecar) and datasets.",
         epilog="Exit status: 0 valid, 1 invalid data, 2 usage or IO error.",
     )
     parser.add_argument(
