@@ -49,6 +49,31 @@ def parse_bytes(value: int | str, *, name: str = "size") -> int:
     return int(float(match.group(1)) * _UNITS[unit])
 
 
+#: Binary units of :func:`format_size`, from bytes up.
+_SIZE_UNITS = ("B", "KiB", "MiB", "GiB", "TiB")
+
+
+def format_size(n: int) -> str:
+    """``n`` bytes as people read them: ``812 B``, ``5.36 KiB``, ``256 MiB``, ``1.5 GiB``.
+
+    At most three significant digits, in binary units (which :func:`parse_bytes` reads back).
+    Digits are cut, never rounded up, so a size shown is never more than the size: 16383
+    bytes show as ``15.9 KiB``, below the ``16 KiB`` of 16384.
+    """
+    if n < 1024:
+        return f"{n} B"
+    power = 1
+    while power < len(_SIZE_UNITS) - 1 and n >= 1024 ** (power + 1):
+        power += 1
+    whole = n // 1024**power
+    decimals = 0 if whole >= 100 else 1 if whole >= 10 else 2
+    scaled = n * 10**decimals // 1024**power
+    text = str(scaled)
+    if decimals:
+        text = f"{scaled // 10**decimals}.{scaled % 10**decimals:0{decimals}d}".rstrip("0")
+    return f"{text.rstrip('.')} {_SIZE_UNITS[power]}"
+
+
 _DURATION_UNITS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]?)\s*$")
 

@@ -254,7 +254,10 @@ with contextlib.redirect_stdout(io.StringIO()) as printed:
     cli = ["plan", "--json", skewed.url, "--target-bytes", str(target), "--skew-min-bytes", "64KiB"]
     assert arrowshuffle_cli(cli) == 0
 from_cli = json.loads(printed.getvalue())
-assert from_cli["tasks"] == [t.to_dict() for t in tasks]
+# The CLI gives id ranges inclusive, {"first", "last"}, as its text does (0-63).
+assert [(t["subpartitions"]["first"], t["files"], t["bytes"]) for t in from_cli["tasks"]] == [
+    (t.subpartitions.start, list(t.files), t.bytes) for t in tasks
+]
 
 before = subpartition_bytes.astype(float)
 after = np.array([t.bytes for t in tasks], dtype=float)

@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from arrowshuffle.format.notation import format_size
 from arrowshuffle.readers.dataset import ShuffleDataset
 from arrowshuffle.readers.file_reader import INDEX_PREFIX_BYTES
 
@@ -62,7 +63,7 @@ def read_cost(dataset: ShuffleDataset, layout: pa.Table) -> dict[str, Any]:
     if suggest:
         where = "on object stores" if remote else "even on local disk"
         advice = (
-            f"chunks average {avg / 1024:.1f} KiB (below {threshold // 1024} KiB {where}): "
+            f"chunks average {format_size(int(avg))}, below {format_size(threshold)} {where}: "
             f"`arrowshuffle compact {dataset.url}` merges files so that a consumer makes one "
             "read per region instead of one per file and region"
         )

@@ -17,7 +17,7 @@ import pytest
 from manifest_edits import replace_manifest
 
 import arrowshuffle
-from arrowshuffle import cli as cli_module
+from arrowshuffle.cli import commands as cli_commands
 from arrowshuffle.cli import main
 
 VECTORS = Path(__file__).parent / "vectors" / "v1"
@@ -26,6 +26,8 @@ GOOD = str(VECTORS / "good_basic.arrow")
 BROADCAST = str(VECTORS / "good_broadcast.arrow")
 OVERLAP = str(VECTORS / "overlapping_chunks.arrow")
 CORRUPT = str(VECTORS / "corrupt_chunk_byte.arrow")
+#: What plain ``validate`` says it checked (and did not).
+PLAIN = "(structure OK, checksums not verified: use --deep)"
 
 
 def run(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
@@ -56,7 +58,7 @@ def no_traceback(result: subprocess.CompletedProcess[str]) -> None:
 def test_validate_valid_files_exit_0() -> None:
     result = run("validate", GOOD, BROADCAST)
     assert result.returncode == 0, result.stderr
-    assert result.stdout.splitlines() == [f"OK {GOOD}", f"OK {BROADCAST}"]
+    assert result.stdout.splitlines() == [f"OK {GOOD} {PLAIN}", f"OK {BROADCAST} {PLAIN}"]
 
 
 def test_validate_entry_point_script() -> None:
@@ -67,7 +69,7 @@ def test_validate_entry_point_script() -> None:
         check=False,
     )
     assert result.returncode == 1
-    assert result.stdout.splitlines()[0] == f"OK {GOOD}"
+    assert result.stdout.splitlines()[0].startswith(f"OK {GOOD} (structure, checksums and ")
     assert result.stdout.splitlines()[1].startswith(f"INVALID {OVERLAP}: [V9] ")
 
 
@@ -94,9 +96,8 @@ def test_validate_missing_file_exit_2(tmp_path: Path) -> None:
     missing = str(tmp_path / "nothing.arrow")
     result = run("validate", GOOD, missing)
     assert result.returncode == 2
-    assert result.stdout.splitlines() == [f"OK {GOOD}"]
-    assert result.stderr.strip().startswith(f"ERROR {missing}:")
-    assert "does not exist" in result.stderr
+    assert result.stdout.splitlines() == [f"OK {GOOD} {PLAIN}"]
+    assert result.stderr == f"error: {missing}: not found\n"
     assert len(result.stderr.strip().splitlines()) == 1
     no_traceback(result)
 
@@ -106,13 +107,14 @@ def test_validate_json_reports_io_errors(tmp_path: Path) -> None:
     result = run("validate", "--json", missing)
     assert result.returncode == 2
     (report,) = json.loads(result.stdout)
-    assert report["ok"] is False and "does not exist" in report["error"]
+    assert report["ok"] is False and report["error"] == f"{missing}: not found"
 
 
 def test_validate_index_path_gets_a_hint() -> None:
     result = run("validate", GOOD + ".idx")
     assert result.returncode == 2
-    assert f"give the data file, {GOOD!r}" in result.stderr
+    assert result.stderr.startswith(f"error: {GOOD}.idx: an index sidecar, not a data file: ")
+    assert result.stderr.endswith(f"give the data file, {GOOD}\n")
     no_traceback(result)
 
 
@@ -196,7 +198,7 @@ def test_inspect_invalid_index_exit_1() -> None:
     path = str(VECTORS / "bad_index_magic.arrow")
     result = run("inspect", path)
     assert result.returncode == 1
-    assert result.stderr.strip().startswith(f"INVALID {path}: [V1] ")
+    assert result.stderr.startswith(f"error: {path} is invalid: [V1] ")
     no_traceback(result)
 
 
@@ -319,11 +321,14 @@ def test_unexpected_errors_are_one_line_unless_debugging(
     def broken(*args: object) -> None:
         raise RuntimeError("something nobody expected")
 
-    monkeypatch.setattr(cli_module, "file_summary", broken)
+    monkeypatch.setattr(cli_commands, "file_summary", broken)
     monkeypatch.delenv("ARROWSHUFFLE_DEBUG", raising=False)
     assert main(["inspect", GOOD]) == 2
     err = capsys.readouterr().err
-    assert err == "internal error: RuntimeError: something nobody expected\n"
+    assert err == (
+        "error: internal error: RuntimeError: something nobody expected (set "
+        "ARROWSHUFFLE_DEBUG=1 to see where)\n"
+    )
     monkeypatch.setenv("ARROWSHUFFLE_DEBUG", "1")
     with pytest.raises(RuntimeError):
         main(["inspect", GOOD])
@@ -356,7 +361,7 @@ def test_storage_options_reach_the_object_store(
     good, bad = f"{s3_bucket}/good_basic.arrow", f"{s3_bucket}/overlapping_chunks.arrow"
     result = run("validate", "--deep", good, bad, *flags)
     assert result.returncode == 1, result.stderr
-    assert result.stdout.splitlines()[0] == f"OK {good}"
+    assert result.stdout.splitlines()[0].startswith(f"OK {good} (structure, checksums ")
     assert result.stdout.splitlines()[1].startswith(f"INVALID {bad}: [V9]")
     out = tmp_path / "remote.arrow"
     result = run("read", good, "--subpartitions", "1-2", "--out", str(out), *flags)
@@ -477,14 +482,14 @@ def test_progress_bar_absent_when_piped() -> None:
     result = run("validate", *paths)
     assert result.returncode == 0, result.stderr
     assert result.stderr == ""
-    assert result.stdout.splitlines() == [f"OK {p}" for p in paths]
+    assert result.stdout.splitlines() == [f"OK {p} {PLAIN}" for p in paths]
 
 
 def test_progress_bar_drawn_on_a_terminal() -> None:
     paths = [GOOD, BROADCAST, str(VECTORS / "good_zero_rows.arrow")]
     status, stdout, terminal = run_with_terminal_stderr("validate", *paths)
     assert status == 0
-    assert stdout.splitlines() == [f"OK {p}" for p in paths]  # stdout stays clean
+    assert stdout.splitlines() == [f"OK {p} {PLAIN}" for p in paths]  # stdout stays clean
     assert "validate [" in terminal and f"/{len(paths)}" in terminal
     assert terminal.endswith("\r\x1b[2K")  # erased when done
 
@@ -538,9 +543,10 @@ def test_validate_dataset_ok_exit_0(dataset_dir: Any) -> None:
     lines = result.stdout.splitlines()
     assert lines[0] == (
         f"OK {dataset_dir.url} (dataset: 3 files, {3 * 5 * 40} rows, version 1 in force; "
-        "checked version 1)"
+        "structure, checksums and decoding OK, row placement not checked: partitioner "
+        "'explicit' does not determine a row's subpartition; checked version 1)"
     )
-    assert lines[1] == f"OK {GOOD}"
+    assert lines[1].startswith(f"OK {GOOD} (structure, checksums and decoding OK, ")
 
 
 def test_validate_dataset_json(dataset_dir: Any) -> None:
@@ -561,12 +567,13 @@ def test_validate_dataset_with_a_missing_file_exit_1(dataset_dir: Any) -> None:
     no_traceback(result)
 
 
-def test_inspect_dataset_with_a_missing_index_exit_2(dataset_dir: Any) -> None:
+def test_inspect_dataset_with_a_missing_index_exit_1(dataset_dir: Any) -> None:
     index = Path(dataset_dir.data_urls[1] + ".idx")
     index.unlink()
-    inspected = run("inspect", dataset_dir.url)  # a listed index is gone: a storage problem
-    assert inspected.returncode == 2
-    assert index.name in inspected.stderr
+    inspected = run("inspect", dataset_dir.url)  # checked as validate does: M4
+    assert inspected.returncode == 1
+    assert inspected.stderr.startswith(f"error: {dataset_dir.url} is invalid: ")
+    assert index.name in inspected.stderr and "[M4]" in inspected.stderr
     assert len(inspected.stderr.strip().splitlines()) == 1
     no_traceback(inspected)
 

@@ -15,6 +15,8 @@ from manifest_edits import replace_manifest
 
 import arrowshuffle
 from arrowshuffle.cli import main
+from arrowshuffle.format.notation import format_size
+from arrowshuffle.readers.balance import PlannedRead
 
 #: 16 subpartitions; about 70% of all rows in subpartition 0, the rest spread evenly.
 N = 16
@@ -28,6 +30,18 @@ def run(*args: str) -> subprocess.CompletedProcess[str]:
         text=True,
         check=False,
     )
+
+
+def as_json(task: PlannedRead) -> dict[str, Any]:
+    """A planned task as ``plan --json`` shows it: id ranges inclusive, ``{"first", "last"}``."""
+    regions = task.regions
+    return {
+        "subpartitions": {"first": task.subpartitions.start, "last": task.subpartitions.stop - 1},
+        "files": list(task.files),
+        "regions": None if regions is None else {"first": regions.start, "last": regions.stop - 1},
+        "bytes": task.bytes,
+        "rows": task.rows,
+    }
 
 
 def plan_json(capsys: pytest.CaptureFixture[str], *args: str) -> dict[str, Any]:
@@ -63,9 +77,9 @@ def test_hot_subpartition_is_split_and_the_skew_falls(
     doc = plan_json(capsys, hot.url, "--target-bytes", str(target), "--skew-min-bytes", "0")
     dataset = arrowshuffle.open_dataset(hot.url)
     planned = dataset.plan(target, skew_min_bytes=0)
-    assert doc["tasks"] == [t.to_dict() for t in planned]
+    assert doc["tasks"] == [as_json(t) for t in planned]
     assert doc["target_bytes"] == target and doc["files"] == FILES and doc["subpartitions"] == N
-    split = [t for t in doc["tasks"] if t["subpartitions"] == [0, 1]]
+    split = [t for t in doc["tasks"] if t["subpartitions"] == {"first": 0, "last": 0}]
     assert len(split) > 1, "subpartition 0 should be split over its files"
     assert sorted(f for t in split for f in t["files"]) == list(range(FILES))
     sizes, _ = dataset.subpartition_sizes()
@@ -87,9 +101,12 @@ def test_text_lists_every_task(
     assert f"tasks          {len(planned)} (" in text
     assert "skew before    " in text and "skew after     " in text
     table = text.split("\n\n", 1)[1].splitlines()
-    assert table[0].split() == ["task", "subpartitions", "files", "regions", "rows", "bytes"]
+    assert table[0].split() == ["task", "subpartitions", "files", "regions", "rows", "size"]
     cells = [line.split() for line in table[1:]]
-    assert [(int(c[-2]), int(c[-1])) for c in cells] == [(t.rows, t.bytes) for t in planned]
+    assert [(int(c[-3]), " ".join(c[-2:])) for c in cells] == [
+        (t.rows, format_size(t.bytes)) for t in planned
+    ]
+    assert f"target size    {format_size(int(target))}\n" in text
     for c, t in zip(cells, planned, strict=True):
         whole = len(t.files) == FILES
         assert (c[2:4] == ["all", f"({FILES})"]) if whole else c[2] == _runs(t.files)
@@ -110,7 +127,7 @@ def test_regions_are_shown_when_one_file_is_split(
     assert main(["plan", hot.url, "--target-bytes", "1", "--skew-min-bytes", "0"]) == 0
     text = capsys.readouterr().out
     first = by_region[0]
-    region = first["regions"][0]
+    region = first["regions"]["first"]
     assert any(
         line.split()[1:4] == ["0", str(first["files"][0]), str(region)]
         for line in text.splitlines()
@@ -120,7 +137,9 @@ def test_regions_are_shown_when_one_file_is_split(
 
 def test_selection_and_max_tasks(hot: WrittenDataset, capsys: pytest.CaptureFixture[str]) -> None:
     doc = plan_json(capsys, hot.url, "--subpartitions", "2-5,9", "--target-bytes", "1")
-    assert [t["subpartitions"] for t in doc["tasks"]] == [[s, s + 1] for s in (2, 3, 4, 5, 9)]
+    assert [t["subpartitions"] for t in doc["tasks"]] == [
+        {"first": s, "last": s} for s in (2, 3, 4, 5, 9)
+    ]
     sizes, _ = arrowshuffle.open_dataset(hot.url).subpartition_sizes()
     chosen = sizes[[2, 3, 4, 5, 9]]
     assert doc["skew_before"] == pytest.approx(chosen.max() / chosen.mean())
@@ -133,7 +152,7 @@ def test_a_single_file(hot: WrittenDataset, capsys: pytest.CaptureFixture[str]) 
     doc = plan_json(capsys, path, "--target-bytes", "2KB", "--skew-min-bytes", "0")
     assert doc["kind"] == "file" and doc["files"] == 1 and doc["target_bytes"] == 2000
     with arrowshuffle.open_file(path) as one:
-        assert doc["tasks"] == [t.to_dict() for t in one.plan(2000, skew_min_bytes=0)]
+        assert doc["tasks"] == [as_json(t) for t in one.plan(2000, skew_min_bytes=0)]
         assert sum(t["rows"] for t in doc["tasks"]) == one.num_rows
     assert main(["plan", path]) == 0
     assert capsys.readouterr().out.startswith(f"file           {path}\n")
@@ -181,7 +200,7 @@ def test_damaged_manifest_exit_1(tmp_path: Path) -> None:
     replace_manifest(damaged.url, b"{not json")
     result = run("plan", damaged.url)
     assert result.returncode == 1
-    assert result.stderr.startswith(f"INVALID {damaged.url}: [M1] ")
+    assert result.stderr.startswith(f"error: {damaged.url} is invalid: [M1] ")
     assert len(result.stderr.strip().splitlines()) == 1
 
 
@@ -214,7 +233,7 @@ def test_on_object_storage(
     doc = plan_json(capsys, url, *plan, *flags)
     dataset = arrowshuffle.open_dataset(url, options)
     planned = dataset.plan(4000, skew_min_bytes=0, skew_factor=2)
-    assert doc["tasks"] == [t.to_dict() for t in planned]
+    assert doc["tasks"] == [as_json(t) for t in planned]
     assert any(len(t["files"]) < 3 for t in doc["tasks"])
     assert sum(t["rows"] for t in doc["tasks"]) == written.manifest.total_rows
     missing = run("plan", f"{s3_bucket}/nothing", *flags)

@@ -390,7 +390,8 @@ def test_the_verify_option_reads_the_same_everywhere():
         args = ["read", "f.arrow", "--subpartitions", "0", "--out", "o.arrow", *extra]
         return build_parser().parse_args(args).verify
 
-    assert [parsed(), parsed("--verify"), parsed("--verify", "off")] == ["auto", "on", "off"]
+    assert [parsed(), parsed("--verify"), parsed("--verify", "off")] == ["on", "on", "off"]
+    assert [parsed("--verify", "auto"), parsed("--no-verify")] == ["auto", "off"]
     with pytest.raises(SystemExit):
         parsed("--verify", "sometimes")
     spark = [parse_read_options({"path": "p", **o}).verify for o in ({}, {"verify": "AUTO"})]

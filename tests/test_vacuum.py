@@ -426,7 +426,7 @@ def test_cli_exit_codes_without_traceback(tmp_path, killed):
     left = listing(str(path))
     corrupt = run_cli("vacuum", str(path), "--older-than", "0")
     assert corrupt.returncode == 1
-    assert corrupt.stderr.startswith(f"INVALID {path}: [M1] not vacuuming")
+    assert corrupt.stderr.startswith(f"error: {path} is invalid: [M1] not vacuuming")
     assert len(corrupt.stderr.strip().splitlines()) == 1
     no_traceback(corrupt)
     assert listing(str(path)) == left
