@@ -556,7 +556,9 @@ def test_an_append_rechecks_the_schema_of_the_version_it_lands_on(tmp_path, monk
     other = pa.table({"k": pa.array([1, 2, 3], pa.int64()), "other": ["x", "y", "z"]})
 
     def intrude() -> None:
-        version = ash.write_dataset(other, target.url, num_subpartitions=N, by="k").version
+        version = ash.write_dataset(
+            other, target.url, num_subpartitions=N, by="k", mode="overwrite"
+        ).version
         assert version == 3
 
     interleave.arm(intrude)
