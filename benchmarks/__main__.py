@@ -62,18 +62,8 @@ SIZES = ("small", "medium", "large")
 DEFAULT_REPEATS = {"small": 3, "medium": 5, "large": 5}
 #: Seconds one benchmark may run before it is stopped, per size.
 DEFAULT_TIMEOUT = {"small": 900, "medium": 3600, "large": 6 * 3600}
-#: The flag each script takes for its repeat count.
-REPEAT_FLAG = {
-    "format": "--repeats",
-    "partitioners": "--repeats",
-    "kernels": "--repeats",
-    "reads": "--repeat",
-    "verify": "--repeats",
-    "spark": "--repeats",
-    "plan": "--repeats",
-    "wide": "--repeats",
-    "commits": "--repeats",
-}
+#: The flag every script takes for its repeat count.
+REPEAT_FLAG = "--repeats"
 MiB = 2**20
 
 #: The data of each benchmark, per size. small fits a 2-core machine in a few minutes in all;
@@ -164,7 +154,7 @@ def command(name: str, size: str, repeats: int, out: Path) -> list[str]:
         "-m",
         f"benchmarks.bench_{name}",
         *SIZE_FLAGS[size][name],
-        REPEAT_FLAG[name],
+        REPEAT_FLAG,
         str(repeats),
         "--out",
         str(out),

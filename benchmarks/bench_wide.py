@@ -287,7 +287,7 @@ def print_s3(result: dict[str, Any], args: argparse.Namespace) -> None:
     print(f"GETs per consumer: {ratio:.0f}x fewer after compaction")
 
 
-def main(argv: list[str] | None = None) -> int:
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--files", type=int, default=1000, help="producer files M on S3")
     parser.add_argument("--subpartitions", type=int, default=1000, help="subpartitions N")
@@ -298,13 +298,25 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--quick", action="store_true", help="M = 64, N = 200, local M 16,64")
-    parser.add_argument("--skip-s3", action="store_true")
+    parser.add_argument("--skip-s3", action="store_true", help="skip the object-store part")
+    parser.add_argument(
+        "--no-s3",
+        dest="skip_s3",
+        action="store_true",
+        default=argparse.SUPPRESS,
+        help=argparse.SUPPRESS,
+    )
     parser.add_argument("--out", help="write the results as JSON here")
     args = parser.parse_args(argv)
     if args.quick:
         args.files, args.subpartitions, args.local_files = 64, 200, "16,64"
     if args.subpartitions % args.consumers:
         parser.error("--subpartitions must be a multiple of --consumers")
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
     doc: dict[str, Any] = {"config": {k: v for k, v in vars(args).items() if k != "out"}}
     with tempfile.TemporaryDirectory(prefix="bench-wide-") as tmp:
         doc["local"] = measure_local(args, Path(tmp))

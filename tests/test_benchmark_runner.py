@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -254,3 +255,32 @@ def test_the_output_directory_may_not_hold_the_committed_report(
         runner.main(["--only", "plan", "--out-dir", str(tmp_path), "--report", str(tracked)])
     assert stopped.value.code == 2
     assert tracked.read_bytes() == TRACKED
+
+
+def test_every_script_takes_the_runners_repeat_flag() -> None:
+    for name in runner.BENCHMARKS:
+        argv = runner.command(name, "small", 2, Path("/tmp/x.json"))
+        assert argv[argv.index(runner.REPEAT_FLAG) + 1] == "2"
+        shown = subprocess.run(
+            [sys.executable, "-m", f"benchmarks.bench_{name}", "--help"],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
+        assert "--repeats" in shown, name
+        assert "--repeat " not in shown and "--no-s3" not in shown, name
+
+
+@pytest.mark.parametrize("name", ["reads", "verify", "wide", "commits"])
+def test_s3_is_skipped_with_one_flag_and_the_old_spellings_still_parse(name: str) -> None:
+    bench = pytest.importorskip(f"benchmarks.bench_{name}")
+    assert bench.parse_args(["--skip-s3"]).skip_s3 is True
+    assert bench.parse_args(["--no-s3"]).skip_s3 is True
+    assert bench.parse_args([]).skip_s3 is False
+    if name == "reads":
+        assert bench.parse_args(["--repeat", "2"]).repeats == 2
+        assert bench.parse_args(["--repeats", "3"]).repeats == 3
+        assert bench.parse_args([]).repeats == 5
+    if name == "commits":
+        assert bench.parse_args(["--skip-s3"]).backends == ["local"]
