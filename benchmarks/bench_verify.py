@@ -18,7 +18,6 @@ import argparse
 import json
 import statistics
 import tempfile
-import time
 import uuid
 from collections.abc import Callable
 from pathlib import Path
@@ -26,14 +25,13 @@ from typing import Any
 
 from arrowshuffle.readers.dataset import open_dataset
 from benchmarks.bench_reads import generate, moto_options, moto_server, write_shuffle
+from benchmarks.timing import elapsed
 
 SUBPARTITIONS = 16
 
 
 def seconds(read: Callable[[], Any]) -> float:
-    start = time.perf_counter()
-    read()
-    return time.perf_counter() - start
+    return elapsed(read)[0]
 
 
 def compare(label: str, read: Callable[[bool], Any], repeats: int) -> dict[str, Any]:

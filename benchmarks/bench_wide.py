@@ -23,7 +23,6 @@ import argparse
 import dataclasses
 import json
 import os
-import statistics
 import sys
 import tempfile
 import time
@@ -39,6 +38,7 @@ from arrowshuffle.format.naming import new_file_name
 from arrowshuffle.writers.dataset_writer import commit_dataset, prepare_directory
 from arrowshuffle.writers.file_writer import ShuffleFileWriter, WrittenFile
 from benchmarks.bench_reads import moto_options, moto_server
+from benchmarks.timing import spread, timed
 
 MB = 1_000_000
 SCHEMA = pa.schema([("id", pa.int64()), ("sp", pa.int32()), ("v", pa.float64())])
@@ -114,18 +114,8 @@ def consumer_range(n: int, consumers: int, c: int) -> range:
 
 
 def time_local(url: str, selection: range, repeats: int) -> dict[str, float]:
-    times = []
-    rows = 0
-    for _ in range(repeats):
-        start = time.perf_counter()
-        rows = arrowshuffle.open_dataset(url).read(selection).num_rows
-        times.append(time.perf_counter() - start)
-    return {
-        "median_s": statistics.median(times),
-        "min_s": min(times),
-        "max_s": max(times),
-        "rows": rows,
-    }
+    times, rows = timed(lambda: arrowshuffle.open_dataset(url).read(selection).num_rows, repeats)
+    return {**spread(times), "rows": rows}
 
 
 def measure_local(args: argparse.Namespace, tmp: Path) -> list[dict[str, Any]]:

@@ -284,3 +284,20 @@ def test_s3_is_skipped_with_one_flag_and_the_old_spellings_still_parse(name: str
         assert bench.parse_args([]).repeats == 5
     if name == "commits":
         assert bench.parse_args(["--skip-s3"]).backends == ["local"]
+
+
+def test_one_timing_loop_counts_warmups_and_repeats() -> None:
+    timing = pytest.importorskip("benchmarks.timing")
+    calls: list[int] = []
+
+    def work() -> int:
+        calls.append(1)
+        return len(calls)
+
+    seconds, last = timing.timed(work, 3, warmup=2)
+    assert len(seconds) == 3 and all(s >= 0 for s in seconds)
+    assert last == 5 and len(calls) == 5
+    assert len(timing.time_calls(work, 2)) == 2
+    assert timing.spread([3.0, 1.0, 2.0]) == {"median_s": 2.0, "min_s": 1.0, "max_s": 3.0}
+    with pytest.raises(ValueError):
+        timing.time_calls(work, 0)
