@@ -5,12 +5,15 @@ From the repository root::
     python -m benchmarks                         # small: a few minutes on 2 cores, Spark included
     python -m benchmarks --size medium --repeats 5
     python -m benchmarks --only format,reads --out-dir /tmp/bench
+    python -m benchmarks --update-report         # a full run that rewrites BENCHMARKS.md
 
 Each benchmark script runs as its own process with the flags of the chosen size, so that one
 failing (or timing out) is reported and the others still run. The runner collects their JSON
 files, prints the key figures (each a ratio to a peer measured in the same run, with the
 absolute medians and, where the script reports them, min and max over repeats beside it),
-and writes ``summary.json`` into the output directory and the table to ``BENCHMARKS.md``.
+and writes ``summary.json`` and the table (``BENCHMARKS.md``) into the output directory. Only a
+full run (no ``--only``) with ``--update-report`` writes the committed ``BENCHMARKS.md`` at the
+repository root, so that a partial run never replaces the other benchmarks' figures.
 """
 
 from __future__ import annotations
@@ -41,6 +44,8 @@ from benchmarks.report import (
 )
 
 ROOT = Path(__file__).resolve().parent.parent
+#: The committed report; only a full run with --update-report writes it.
+REPORT = ROOT / "BENCHMARKS.md"
 BENCHMARKS = (
     "format",
     "partitioners",
@@ -57,18 +62,8 @@ SIZES = ("small", "medium", "large")
 DEFAULT_REPEATS = {"small": 3, "medium": 5, "large": 5}
 #: Seconds one benchmark may run before it is stopped, per size.
 DEFAULT_TIMEOUT = {"small": 900, "medium": 3600, "large": 6 * 3600}
-#: The flag each script takes for its repeat count.
-REPEAT_FLAG = {
-    "format": "--repeats",
-    "partitioners": "--repeats",
-    "kernels": "--repeats",
-    "reads": "--repeat",
-    "verify": "--repeats",
-    "spark": "--repeats",
-    "plan": "--repeats",
-    "wide": "--repeats",
-    "commits": "--repeats",
-}
+#: The flag every script takes for its repeat count.
+REPEAT_FLAG = "--repeats"
 MiB = 2**20
 
 #: The data of each benchmark, per size. small fits a 2-core machine in a few minutes in all;
@@ -159,7 +154,7 @@ def command(name: str, size: str, repeats: int, out: Path) -> list[str]:
         "-m",
         f"benchmarks.bench_{name}",
         *SIZE_FLAGS[size][name],
-        REPEAT_FLAG[name],
+        REPEAT_FLAG,
         str(repeats),
         "--out",
         str(out),
@@ -340,7 +335,8 @@ def markdown(summary: dict[str, Any], outcomes: list[Outcome]) -> str:
     parts = [
         "# Benchmarks",
         "",
-        "The latest run of the benchmark suite (`benchmarks/`), written by `python -m benchmarks`."
+        "The latest full run of the benchmark suite (`benchmarks/`), written by"
+        " `python -m benchmarks --update-report`."
         " Every figure compares arrowshuffle with a peer measured in the same run, on the same"
         " generated data. All figures are costs (time, bytes, requests, files), and"
         " **ratio = arrowshuffle / peer** on medians: below 1 means arrowshuffle needs less."
@@ -438,7 +434,9 @@ Rerun one benchmark larger with its own flags, e.g. `python -m benchmarks.bench_
 all of them with `python -m benchmarks --size medium` (near the scripts' defaults) or `--size large`
 (the scale of the issues: a 2 GiB write with a 256 MiB pool, 10 million rows per layout).
 The runner keeps each script's output in `<out-dir>/<name>.log` and its JSON in
-`<out-dir>/<name>.json`; `<out-dir>/summary.json` holds everything shown here."""
+`<out-dir>/<name>.json`; `<out-dir>/summary.json` holds everything shown here, and
+`<out-dir>/BENCHMARKS.md` this table. Only a full run with `--update-report` rewrites the
+committed `BENCHMARKS.md`."""
 
 
 # ---------------------------------------------------------------------- entry point
@@ -452,7 +450,6 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--size", choices=SIZES, default="small", help="data size (small)")
     parser.add_argument(
         "--only",
-        default=",".join(BENCHMARKS),
         help=f"comma-separated benchmarks to run (default: all of {','.join(BENCHMARKS)})",
     )
     parser.add_argument("--repeats", type=int, help="repeats per measurement (3 small, else 5)")
@@ -463,19 +460,43 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="where JSON results, logs and summary.json go (benchmarks/results)",
     )
     parser.add_argument(
-        "--markdown",
-        type=Path,
-        default=ROOT / "BENCHMARKS.md",
-        help="the Markdown report to write (BENCHMARKS.md at the repository root)",
+        "--update-report",
+        action="store_true",
+        help="also write the committed report (--report); only for a full run, without --only",
     )
-    parser.add_argument("--no-markdown", action="store_true", help="do not write the Markdown")
+    parser.add_argument(
+        "--report",
+        "--markdown",
+        dest="report",
+        type=Path,
+        default=REPORT,
+        help="the committed report --update-report writes (BENCHMARKS.md at the repository root)",
+    )
+    parser.add_argument("--no-markdown", action="store_true", help="write no Markdown table at all")
     parser.add_argument("--timeout", type=float, help="seconds per benchmark before it is stopped")
     args = parser.parse_args(argv)
+    partial = args.only is not None
+    if args.only is None:
+        args.only = ",".join(BENCHMARKS)
     chosen = [n.strip() for n in args.only.split(",") if n.strip()]
     unknown = [n for n in chosen if n not in BENCHMARKS]
     if unknown or not chosen:
         parser.error(f"--only: expected names from {', '.join(BENCHMARKS)}, found {args.only!r}")
     args.only = [n for n in BENCHMARKS if n in chosen]
+    if args.update_report and partial:
+        parser.error(
+            "--update-report rewrites the whole report and needs a full run: drop --only"
+            f" (the table of a partial run goes to <out-dir>/{REPORT.name})"
+        )
+    if args.update_report and args.no_markdown:
+        parser.error("--update-report and --no-markdown contradict each other")
+    args.out_dir = args.out_dir.resolve()
+    args.report = args.report.resolve()
+    if not args.update_report and args.out_dir / REPORT.name == args.report:
+        parser.error(
+            f"--out-dir {args.out_dir} would overwrite the committed report {args.report}"
+            " without --update-report: choose another output directory"
+        )
     if args.repeats is None:
         args.repeats = DEFAULT_REPEATS[args.size]
     if args.repeats < 1:
@@ -488,7 +509,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     shown = ["python", "-m", "benchmarks", *(sys.argv[1:] if argv is None else argv)]
-    out_dir: Path = args.out_dir.resolve()
+    out_dir: Path = args.out_dir
     out_dir.mkdir(parents=True, exist_ok=True)
     started = dt.datetime.now(dt.timezone.utc)
     load_start = os.getloadavg()[0]
@@ -514,8 +535,15 @@ def main(argv: list[str] | None = None) -> int:
     print_report(outcomes)
     print(f"\nwrote {out_dir / 'summary.json'}")
     if not args.no_markdown:
-        args.markdown.write_text(markdown(summary, outcomes))
-        print(f"wrote {args.markdown}")
+        text = markdown(summary, outcomes)
+        local = out_dir / REPORT.name
+        local.write_text(text)
+        print(f"wrote {local}")
+        if args.update_report:
+            args.report.write_text(text)
+            print(f"wrote {args.report} (the committed report)")
+        else:
+            print(f"left {args.report} as it was (a full run with --update-report rewrites it)")
     return 0 if all(o.status == "ok" for o in outcomes) else 1
 
 

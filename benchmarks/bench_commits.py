@@ -995,6 +995,14 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--seconds", type=float, default=30.0, help="length of one race")
     parser.add_argument("--runs", type=int, default=1, help="races per backend")
     parser.add_argument("--backends", default="local,s3", help="local, s3 or both")
+    parser.add_argument("--skip-s3", action="store_true", help="drop s3 from --backends")
+    parser.add_argument(
+        "--no-s3",
+        dest="skip_s3",
+        action="store_true",
+        default=argparse.SUPPRESS,
+        help=argparse.SUPPRESS,
+    )
     parser.add_argument("--scenarios", default="race,requests", help="race, requests or both")
     parser.add_argument("--appenders", type=int, default=3)
     parser.add_argument("--readers", type=int, default=2)
@@ -1029,6 +1037,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--out", default=None, help="write the results as JSON here")
     args = parser.parse_args(argv)
     args.backends = [b.strip() for b in args.backends.split(",") if b.strip()]
+    if args.skip_s3:
+        args.backends = [b for b in args.backends if b != "s3"]
     args.scenarios = [s.strip() for s in args.scenarios.split(",") if s.strip()]
     if not set(args.backends) <= set(BACKENDS) or not args.backends:
         parser.error(f"--backends: expected names from {', '.join(BACKENDS)}")

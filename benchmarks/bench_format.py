@@ -33,7 +33,6 @@ import pstats
 import statistics
 import sys
 import tempfile
-import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -44,6 +43,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 import arrowshuffle as ash
+from benchmarks.timing import time_calls
 
 SUBPARTITION_COLUMN = "subpartition"
 
@@ -103,14 +103,7 @@ class Timing:
 
 
 def measure(run: Callable[[], Any], repeats: int, warmup: int = 1) -> Timing:
-    for _ in range(warmup):
-        run()
-    timing = Timing()
-    for _ in range(repeats):
-        start = time.perf_counter()
-        run()
-        timing.seconds.append(time.perf_counter() - start)
-    return timing
+    return Timing(time_calls(run, repeats, warmup))
 
 
 # --------------------------------------------------------------------------- writers

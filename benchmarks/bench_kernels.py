@@ -28,7 +28,6 @@ import argparse
 import json
 import os
 import platform
-import statistics
 import sys
 import tempfile
 import time
@@ -38,6 +37,8 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
+
+from benchmarks.timing import spread
 
 BATCH_ROWS = 65536
 NUM_SUBPARTITIONS = 64
@@ -88,7 +89,7 @@ def writer_batches(rows: int, seed: int) -> tuple[list[pa.RecordBatch], list[np.
 
 
 def summary(seconds: list[float]) -> dict[str, float]:
-    return {"median_s": statistics.median(seconds), "min_s": min(seconds), "max_s": max(seconds)}
+    return spread(seconds)
 
 
 def interleaved(

@@ -29,7 +29,6 @@ import json
 import os
 import platform
 import resource
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -41,6 +40,8 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
+
+from benchmarks.timing import median, time_calls
 
 BATCH_ROWS = 65536
 NUM_SUBPARTITIONS = 64
@@ -96,12 +97,8 @@ def generate(rows: int, seed: int) -> list[pa.RecordBatch]:
 
 
 def median_seconds(run: Callable[[], object], repeats: int) -> tuple[float, float, float]:
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        run()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times), min(times), max(times)
+    times = time_calls(run, repeats)
+    return median(times), min(times), max(times)
 
 
 def options_for(name: str, keys: list[str]) -> dict[str, Any] | None:

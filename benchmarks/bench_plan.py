@@ -57,6 +57,7 @@ from arrowshuffle.readers.manifest_io import load_manifest
 from arrowshuffle.readers.storage import resolve
 from arrowshuffle.writers.commit import commit_version
 from arrowshuffle.writers.dataset_writer import commit_dataset, prepare_directory
+from benchmarks.timing import timed
 
 #: The key that holds a third of the rows in the hot-key data.
 HOT_KEY = 42
@@ -105,11 +106,7 @@ def balance(kind: str, args: argparse.Namespace, work: Path) -> dict[str, Any]:
     sizes, rows = dataset.subpartition_sizes()
     total = int(sizes.sum())
     target, skew_min = max(1, total // 16), max(1, total // 256)
-    seconds = []
-    for _ in range(args.repeats):
-        start = time.perf_counter()
-        tasks = dataset.plan(target, skew_min_bytes=skew_min)
-        seconds.append(time.perf_counter() - start)
+    seconds, tasks = timed(lambda: dataset.plan(target, skew_min_bytes=skew_min), args.repeats)
     task_bytes = np.array([t.bytes for t in tasks], dtype=np.float64)
     task_rows = np.array([t.rows for t in tasks], dtype=np.float64)
     assert int(task_rows.sum()) == dataset.num_rows, "the plan must cover every row"
@@ -187,19 +184,13 @@ def planning_time(args: argparse.Namespace, work: Path) -> dict[str, Any]:
     commit_version(directory, lambda _: manifest, operation="write")
     raw = load_manifest(directory).raw
 
-    def timed(work: Any) -> tuple[list[float], Any]:
-        seconds, result = [], None
-        work()  # warm up: imports, page cache
-        for _ in range(args.repeats):
-            start = time.perf_counter()
-            result = work()
-            seconds.append(time.perf_counter() - start)
-        return seconds, result
+    def warm(work: Any) -> tuple[list[float], Any]:
+        return timed(work, args.repeats, warmup=1)  # warm up: imports, page cache
 
-    plan_s, tasks = timed(lambda: arrowshuffle.open_dataset(path).plan())
-    open_s, opened = timed(lambda: arrowshuffle.open_dataset(path))
-    alone_s, _ = timed(lambda: opened.plan())
-    parse_s, _ = timed(lambda: json.loads(raw))
+    plan_s, tasks = warm(lambda: arrowshuffle.open_dataset(path).plan())
+    open_s, opened = warm(lambda: arrowshuffle.open_dataset(path))
+    alone_s, _ = warm(lambda: opened.plan())
+    parse_s, _ = warm(lambda: json.loads(raw))
     if any(len(t.files) != args.plan_files for t in tasks):
         raise SystemExit("a synthetic subpartition was split: its files do not exist")
 

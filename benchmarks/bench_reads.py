@@ -19,7 +19,7 @@ One run generates the data, writes three layouts and measures:
 Usage::
 
     python benchmarks/bench_reads.py                    # default size, table + JSON
-    python benchmarks/bench_reads.py --rows 500000 --no-s3
+    python benchmarks/bench_reads.py --rows 500000 --skip-s3
 """
 
 from __future__ import annotations
@@ -484,15 +484,26 @@ def print_tables(result: dict[str, Any]) -> None:
         )
 
 
-def main(argv: list[str] | None = None) -> int:
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rows", type=int, default=2_000_000, help="rows (local)")
     parser.add_argument("--files", type=int, default=8, help="writer tasks = data files")
     parser.add_argument("--subpartitions", type=int, default=64)
     parser.add_argument("--region-bytes", type=int, default=2 << 20, help="sort buffer")
-    parser.add_argument("--repeat", type=int, default=5, help="rounds over the sample ids")
+    parser.add_argument("--repeats", type=int, default=5, help="rounds over the sample ids")
+    # The former spelling, so that older commands still run.
+    parser.add_argument(
+        "--repeat", dest="repeats", type=int, default=argparse.SUPPRESS, help=argparse.SUPPRESS
+    )
     parser.add_argument("--samples", type=int, default=4, help="subpartitions read per round")
-    parser.add_argument("--no-s3", action="store_true", help="skip the object-store part")
+    parser.add_argument("--skip-s3", action="store_true", help="skip the object-store part")
+    parser.add_argument(
+        "--no-s3",
+        dest="skip_s3",
+        action="store_true",
+        default=argparse.SUPPRESS,
+        help=argparse.SUPPRESS,
+    )
     parser.add_argument("--s3-rows", type=int, default=200_000, help="rows (object store)")
     parser.add_argument("--s3-region-bytes", type=int, default=256 << 10)
     parser.add_argument("--latency-ms", type=float, default=20.0)
@@ -505,6 +516,11 @@ def main(argv: list[str] | None = None) -> int:
         help="JSON output",
     )
     args = parser.parse_args(argv)
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
     rng = np.random.default_rng(args.seed)
     ids = sorted(int(s) for s in rng.choice(args.subpartitions, args.samples, replace=False))
     result: dict[str, Any] = {
@@ -530,10 +546,10 @@ def main(argv: list[str] | None = None) -> int:
             "regions_per_file": [
                 f.regions for f in open_dataset(str(root / "shuffle")).manifest.files
             ],
-            "methods": time_local(methods, ids, args.repeat),
+            "methods": time_local(methods, ids, args.repeats),
             "bytes": local_bytes(root, ids, data_files),
         }
-    if not args.no_s3:
+    if not args.skip_s3:
         result["s3"] = measure_s3(args, ids)
     print_tables(result)
     args.out.parent.mkdir(parents=True, exist_ok=True)

@@ -42,13 +42,14 @@ import json
 import os
 import platform
 import shutil
-import statistics
 import sys
 import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+from benchmarks import timing
 
 DEFAULT_OUT = Path(__file__).parent / "results" / "spark.json"
 LAYOUTS = ("arrowshuffle", "repartition parquet", "partitionBy parquet")
@@ -82,13 +83,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def timed(fn: Callable[[], Any], repeats: int) -> tuple[float, Any]:
     """Median wall time of ``repeats`` calls, and the last call's result."""
-    times = []
-    result = None
-    for _ in range(repeats):
-        start = time.perf_counter()
-        result = fn()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times), result
+    times, result = timing.timed(fn, repeats)
+    return timing.median(times), result
 
 
 def data_files(path: str) -> tuple[int, int, int]:
@@ -127,11 +123,7 @@ def repartition_file(path: str, subpartition: int) -> list[str]:
 
 def stats(times: list[float]) -> dict[str, float]:
     """Median, min and max of a list of wall times."""
-    return {
-        "median_s": statistics.median(times),
-        "min_s": min(times),
-        "max_s": max(times),
-    }
+    return timing.spread(times)
 
 
 def aggregate(df: Any) -> list[tuple[Any, ...]]:

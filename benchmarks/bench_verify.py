@@ -18,7 +18,6 @@ import argparse
 import json
 import statistics
 import tempfile
-import time
 import uuid
 from collections.abc import Callable
 from pathlib import Path
@@ -26,14 +25,13 @@ from typing import Any
 
 from arrowshuffle.readers.dataset import open_dataset
 from benchmarks.bench_reads import generate, moto_options, moto_server, write_shuffle
+from benchmarks.timing import elapsed
 
 SUBPARTITIONS = 16
 
 
 def seconds(read: Callable[[], Any]) -> float:
-    start = time.perf_counter()
-    read()
-    return time.perf_counter() - start
+    return elapsed(read)[0]
 
 
 def compare(label: str, read: Callable[[bool], Any], repeats: int) -> dict[str, Any]:
@@ -56,15 +54,28 @@ def compare(label: str, read: Callable[[bool], Any], repeats: int) -> dict[str, 
     }
 
 
-def main(argv: list[str] | None = None) -> None:
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", type=int, default=2_000_000, help="rows of the local dataset")
     parser.add_argument("--s3-rows", type=int, default=200_000, help="rows of the S3 dataset")
     parser.add_argument("--files", type=int, default=4)
     parser.add_argument("--repeats", type=int, default=21, help="reads per median")
-    parser.add_argument("--no-s3", action="store_true")
+    parser.add_argument("--skip-s3", action="store_true", help="skip the object-store part")
+    # The former spelling, so that older commands still run.
+    parser.add_argument(
+        "--no-s3",
+        dest="skip_s3",
+        action="store_true",
+        default=argparse.SUPPRESS,
+        help=argparse.SUPPRESS,
+    )
     parser.add_argument("--out", default=None, help="write the results as JSON here")
     args = parser.parse_args(argv)
+    return args
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
     results: list[dict[str, Any]] = []
 
     with tempfile.TemporaryDirectory() as tmp:
@@ -82,7 +93,7 @@ def main(argv: list[str] | None = None) -> None:
             compare("local, one subpartition", lambda v: dataset.read(3, verify=v), args.repeats)
         )
 
-    if not args.no_s3:
+    if not args.skip_s3:
         results.extend(s3_costs(args))
     if args.out:
         config = {"rows": args.rows, "s3_rows": args.s3_rows, "files": args.files}

@@ -23,7 +23,6 @@ import argparse
 import dataclasses
 import json
 import os
-import statistics
 import sys
 import tempfile
 import time
@@ -39,6 +38,7 @@ from arrowshuffle.format.naming import new_file_name
 from arrowshuffle.writers.dataset_writer import commit_dataset, prepare_directory
 from arrowshuffle.writers.file_writer import ShuffleFileWriter, WrittenFile
 from benchmarks.bench_reads import moto_options, moto_server
+from benchmarks.timing import spread, timed
 
 MB = 1_000_000
 SCHEMA = pa.schema([("id", pa.int64()), ("sp", pa.int32()), ("v", pa.float64())])
@@ -114,18 +114,8 @@ def consumer_range(n: int, consumers: int, c: int) -> range:
 
 
 def time_local(url: str, selection: range, repeats: int) -> dict[str, float]:
-    times = []
-    rows = 0
-    for _ in range(repeats):
-        start = time.perf_counter()
-        rows = arrowshuffle.open_dataset(url).read(selection).num_rows
-        times.append(time.perf_counter() - start)
-    return {
-        "median_s": statistics.median(times),
-        "min_s": min(times),
-        "max_s": max(times),
-        "rows": rows,
-    }
+    times, rows = timed(lambda: arrowshuffle.open_dataset(url).read(selection).num_rows, repeats)
+    return {**spread(times), "rows": rows}
 
 
 def measure_local(args: argparse.Namespace, tmp: Path) -> list[dict[str, Any]]:
@@ -287,7 +277,7 @@ def print_s3(result: dict[str, Any], args: argparse.Namespace) -> None:
     print(f"GETs per consumer: {ratio:.0f}x fewer after compaction")
 
 
-def main(argv: list[str] | None = None) -> int:
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--files", type=int, default=1000, help="producer files M on S3")
     parser.add_argument("--subpartitions", type=int, default=1000, help="subpartitions N")
@@ -298,13 +288,25 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--quick", action="store_true", help="M = 64, N = 200, local M 16,64")
-    parser.add_argument("--skip-s3", action="store_true")
+    parser.add_argument("--skip-s3", action="store_true", help="skip the object-store part")
+    parser.add_argument(
+        "--no-s3",
+        dest="skip_s3",
+        action="store_true",
+        default=argparse.SUPPRESS,
+        help=argparse.SUPPRESS,
+    )
     parser.add_argument("--out", help="write the results as JSON here")
     args = parser.parse_args(argv)
     if args.quick:
         args.files, args.subpartitions, args.local_files = 64, 200, "16,64"
     if args.subpartitions % args.consumers:
         parser.error("--subpartitions must be a multiple of --consumers")
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
     doc: dict[str, Any] = {"config": {k: v for k, v in vars(args).items() if k != "out"}}
     with tempfile.TemporaryDirectory(prefix="bench-wide-") as tmp:
         doc["local"] = measure_local(args, Path(tmp))

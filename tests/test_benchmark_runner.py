@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -165,17 +166,7 @@ def test_a_failing_benchmark_is_reported_and_the_others_still_run(
         "import json, pathlib, sys; "
         f"pathlib.Path(sys.argv[1]).write_text(json.dumps({format_doc()!r}))"
     )
-    markdown = tmp_path / "BENCH.md"
-    status = runner.main(
-        [
-            "--only",
-            "partitioners,format",
-            "--out-dir",
-            str(tmp_path / "out"),
-            "--markdown",
-            str(markdown),
-        ]
-    )
+    status = runner.main(["--only", "partitioners,format", "--out-dir", str(tmp_path / "out")])
     assert status == 1
     summary = json.loads((tmp_path / "out" / "summary.json").read_text())
     assert list(summary["benchmarks"]) == ["format", "partitioners"]  # canonical order
@@ -185,7 +176,7 @@ def test_a_failing_benchmark_is_reported_and_the_others_still_run(
     ok = summary["benchmarks"]["format"]
     assert ok["status"] == "ok" and len(ok["figures"]) == 5
     assert ok["figures"][4]["ratio"] == pytest.approx(0.5)
-    text = markdown.read_text()
+    text = (tmp_path / "out" / "BENCHMARKS.md").read_text()
     assert "read whole IPC file" in text and "`partitioners`: failed" in text
     assert "python -m benchmarks --only partitioners,format" in text
     assert "FAILED" in capsys.readouterr().out
@@ -207,3 +198,106 @@ def test_unknown_benchmark_name_is_a_usage_error(capsys: pytest.CaptureFixture[s
         runner.main(["--only", "format,nope"])
     assert stopped.value.code == 2
     assert "--only" in capsys.readouterr().err
+
+
+TRACKED = b"# Benchmarks\n\nthe committed figures of every benchmark\n"
+
+
+@pytest.fixture
+def tracked(tmp_path: Path) -> Path:
+    """A stand-in for the committed BENCHMARKS.md."""
+    path = tmp_path / "BENCHMARKS.md"
+    path.write_bytes(TRACKED)
+    return path
+
+
+def test_a_partial_run_leaves_the_committed_report(
+    fake_scripts: dict[str, str],
+    tracked: Path,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    fake_scripts["plan"] = "pass"
+    out = tmp_path / "out"
+    runner.main(["--only", "plan", "--out-dir", str(out), "--report", str(tracked)])
+    assert tracked.read_bytes() == TRACKED
+    assert "`plan`: failed" in (out / "BENCHMARKS.md").read_text()
+    assert f"wrote {out / 'BENCHMARKS.md'}" in capsys.readouterr().out
+
+
+def test_a_full_run_writes_the_committed_report_only_when_asked(
+    fake_scripts: dict[str, str], tracked: Path, tmp_path: Path
+) -> None:
+    fake_scripts.update(dict.fromkeys(runner.BENCHMARKS, "pass"))
+    out = tmp_path / "out"
+    runner.main(["--out-dir", str(out), "--report", str(tracked)])
+    assert tracked.read_bytes() == TRACKED
+    assert (out / "BENCHMARKS.md").exists()
+    runner.main(["--out-dir", str(out), "--report", str(tracked), "--update-report"])
+    assert tracked.read_text() == (out / "BENCHMARKS.md").read_text()
+    assert "`commits`: failed" in tracked.read_text()
+
+
+def test_a_partial_run_may_not_update_the_report(
+    tracked: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as stopped:
+        runner.main(["--only", "plan", "--update-report", "--report", str(tracked)])
+    assert stopped.value.code == 2
+    assert "--update-report" in capsys.readouterr().err
+    assert tracked.read_bytes() == TRACKED
+
+
+def test_the_output_directory_may_not_hold_the_committed_report(
+    tracked: Path, tmp_path: Path
+) -> None:
+    with pytest.raises(SystemExit) as stopped:
+        runner.main(["--only", "plan", "--out-dir", str(tmp_path), "--report", str(tracked)])
+    assert stopped.value.code == 2
+    assert tracked.read_bytes() == TRACKED
+
+
+def test_every_script_takes_the_runners_repeat_flag() -> None:
+    for name in runner.BENCHMARKS:
+        argv = runner.command(name, "small", 2, Path("/tmp/x.json"))
+        assert argv[argv.index(runner.REPEAT_FLAG) + 1] == "2"
+        shown = subprocess.run(
+            [sys.executable, "-m", f"benchmarks.bench_{name}", "--help"],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
+        assert "--repeats" in shown, name
+        assert "--repeat " not in shown and "--no-s3" not in shown, name
+
+
+@pytest.mark.parametrize("name", ["reads", "verify", "wide", "commits"])
+def test_s3_is_skipped_with_one_flag_and_the_old_spellings_still_parse(name: str) -> None:
+    bench = pytest.importorskip(f"benchmarks.bench_{name}")
+    assert bench.parse_args(["--skip-s3"]).skip_s3 is True
+    assert bench.parse_args(["--no-s3"]).skip_s3 is True
+    assert bench.parse_args([]).skip_s3 is False
+    if name == "reads":
+        assert bench.parse_args(["--repeat", "2"]).repeats == 2
+        assert bench.parse_args(["--repeats", "3"]).repeats == 3
+        assert bench.parse_args([]).repeats == 5
+    if name == "commits":
+        assert bench.parse_args(["--skip-s3"]).backends == ["local"]
+
+
+def test_one_timing_loop_counts_warmups_and_repeats() -> None:
+    timing = pytest.importorskip("benchmarks.timing")
+    calls: list[int] = []
+
+    def work() -> int:
+        calls.append(1)
+        return len(calls)
+
+    seconds, last = timing.timed(work, 3, warmup=2)
+    assert len(seconds) == 3 and all(s >= 0 for s in seconds)
+    assert last == 5 and len(calls) == 5
+    assert len(timing.time_calls(work, 2)) == 2
+    assert timing.spread([3.0, 1.0, 2.0]) == {"median_s": 2.0, "min_s": 1.0, "max_s": 3.0}
+    with pytest.raises(ValueError):
+        timing.time_calls(work, 0)
