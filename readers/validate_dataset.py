@@ -35,7 +35,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-import posixpath
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field
@@ -70,7 +69,13 @@ from arrowshuffle.format.naming import MANIFEST_NAME, is_part_name
 from arrowshuffle.format.rule_registry import MANIFEST_RULES, Violation
 from arrowshuffle.readers.manifest_io import list_versions, load_manifest
 from arrowshuffle.readers.source import ByteSource, MappedSource, open_source
-from arrowshuffle.readers.storage import Location, member, resolve, storage_errors
+from arrowshuffle.readers.storage import (
+    Location,
+    list_directory,
+    member,
+    resolve,
+    storage_errors,
+)
 from arrowshuffle.readers.validate import validate_decoded
 
 __all__ = [
@@ -443,14 +448,10 @@ def _check_totals(manifest: Manifest, files: list[FileReport]) -> list[Violation
 def _listing(directory: Location) -> dict[str, int] | None:
     """Names and sizes of the directory's objects (one listing), or None if it cannot list."""
     try:
-        entries = directory.fs.ls(directory.path, detail=True)
+        entries = list_directory(directory)
     except Exception:  # any failure (storage libraries raise their own types): ask one by one
         return None
-    return {
-        posixpath.basename(str(e["name"]).rstrip("/")): int(e.get("size") or 0)
-        for e in entries
-        if e.get("type") != "directory"
-    }
+    return {name: int(entry.get("size") or 0) for name, entry in entries.items()}
 
 
 def _unlisted(manifests: list[Manifest], sizes: dict[str, int] | None) -> list[str]:

@@ -51,7 +51,7 @@ from arrowshuffle.format.errors import (
 from arrowshuffle.format.manifest import Manifest, ManifestFile, SubpartitionTotals
 from arrowshuffle.format.naming import check_job_id, is_part_name, temp_target
 from arrowshuffle.format.partitioners import dataset_spec
-from arrowshuffle.readers.storage import Location, resolve, storage_errors
+from arrowshuffle.readers.storage import Location, list_directory, resolve, storage_errors
 from arrowshuffle.writers.commit import (
     Base,
     CommitOutcomeUnknownError,
@@ -405,11 +405,8 @@ def remove_unlisted(directory: Location, manifest: Manifest | None, *, job_id: s
     """
     listed = _listed_names(manifest)
     marker = f"-{check_job_id(job_id)}-"
-    with contextlib.suppress(FileNotFoundError, OSError):
-        names = [
-            posixpath.basename(p.rstrip("/")) for p in directory.fs.ls(directory.path, detail=False)
-        ]
-        for name in names:
+    with contextlib.suppress(OSError):  # ShuffleIOError from the listing included
+        for name in list_directory(directory):
             if name in listed or marker not in name:
                 continue
             target = temp_target(name)
