@@ -23,6 +23,7 @@ from arrowshuffle.format.errors import (
     InvalidOptionError,
     MissingExtraError,
     MissingObjectError,
+    PartitioningMismatchError,
     SchemaMismatchError,
     ShuffleIOError,
     UnsupportedVersionError,
@@ -36,6 +37,8 @@ if TYPE_CHECKING:
     )
     from arrowshuffle.readers.assign import ConsumerAssignment, assign
     from arrowshuffle.readers.balance import PlannedRead
+    from arrowshuffle.readers.cogroup import CoGroup, cogroup
+    from arrowshuffle.readers.cogroup_plan import CoGroupTask
     from arrowshuffle.readers.dataset import ShuffleDataset, open_dataset
     from arrowshuffle.readers.file_reader import ShuffleFile, open_file
     from arrowshuffle.readers.layout import file_layout
@@ -58,6 +61,9 @@ _LAZY = {
     "ConsumerAssignment": "arrowshuffle.readers.assign",
     "assign": "arrowshuffle.readers.assign",
     "PlannedRead": "arrowshuffle.readers.balance",
+    "CoGroup": "arrowshuffle.readers.cogroup",
+    "cogroup": "arrowshuffle.readers.cogroup",
+    "CoGroupTask": "arrowshuffle.readers.cogroup_plan",
     "ShuffleDataset": "arrowshuffle.readers.dataset",
     "open_dataset": "arrowshuffle.readers.dataset",
     "ShuffleFile": "arrowshuffle.readers.file_reader",
@@ -101,6 +107,8 @@ __all__ = [
     "PARTITIONER_NAMES",
     "ArrowShuffleError",
     "ChecksumMismatchError",
+    "CoGroup",
+    "CoGroupTask",
     "CommitConflictError",
     "CompactionReport",
     "ConsumerAssignment",
@@ -111,6 +119,7 @@ __all__ = [
     "MemoryPool",
     "MissingExtraError",
     "MissingObjectError",
+    "PartitioningMismatchError",
     "PlannedRead",
     "ReadOptions",
     "SchemaMismatchError",
@@ -124,6 +133,7 @@ __all__ = [
     "WrittenFile",
     "__version__",
     "assign",
+    "cogroup",
     "compact",
     "file_layout",
     "make_partitioner",

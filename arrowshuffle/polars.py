@@ -24,8 +24,8 @@ polars is an optional dependency: ``pip install 'arrowshuffle[polars]'``.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Iterator, Mapping
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -40,6 +40,9 @@ from arrowshuffle.readers.balance import (
     PlannedRead,
 )
 from arrowshuffle.readers.byte_ranges import Subpartitions
+from arrowshuffle.readers.cogroup import CoGroup
+from arrowshuffle.readers.cogroup import cogroup as arrow_cogroup
+from arrowshuffle.readers.cogroup_plan import CoGroupTask
 from arrowshuffle.readers.dataset import ShuffleDataset, open_dataset, open_shuffle
 from arrowshuffle.readers.file_reader import ShuffleFile, open_file
 from arrowshuffle.readers.integrity import Verify, resolve_verify
@@ -49,7 +52,9 @@ from arrowshuffle.readers.selection import Selection
 if TYPE_CHECKING:
     import polars as pl
 
-__all__ = ["read", "scan", "scan_dataset", "scan_file", "scan_tasks"]
+__all__ = ["PolarsCoGroup", "cogroup", "read", "scan", "scan_dataset", "scan_file", "scan_tasks"]
+
+_R = TypeVar("_R")
 
 #: Rows gathered before one conversion to polars when polars gives no batch size.
 DEFAULT_GROUP_ROWS = 65536
@@ -386,3 +391,72 @@ def _slices(frame: pl.DataFrame, batch_size: int | None) -> Iterator[pl.DataFram
         return
     for start in range(0, frame.height, batch_size):
         yield frame.slice(start, batch_size)
+
+
+class PolarsCoGroup:
+    """Co-partitioned datasets as polars frames, task by task. Use :func:`cogroup`.
+
+    Iterating gives, per task, a dict of one ``polars.LazyFrame`` per input holding the same key
+    groups of every input (see :func:`arrowshuffle.cogroup`); :meth:`map` runs a function on
+    every task on a few threads. :attr:`arrow` is the underlying :class:`arrowshuffle.CoGroup`.
+    """
+
+    def __init__(self, groups: CoGroup) -> None:
+        self.arrow = groups
+
+    @property
+    def tasks(self) -> list[CoGroupTask]:
+        """The planned tasks."""
+        return self.arrow.tasks
+
+    def __len__(self) -> int:
+        return len(self.arrow)
+
+    def read(self, task: CoGroupTask | int) -> dict[str, pl.LazyFrame]:
+        """One task's frames, by input name."""
+        pl = _polars()
+        return {name: pl.from_arrow(t).lazy() for name, t in self.arrow.read(task).items()}
+
+    def __iter__(self) -> Iterator[dict[str, pl.LazyFrame]]:
+        for task in self.arrow.tasks:
+            yield self.read(task)
+
+    def map(
+        self, func: Callable[[dict[str, pl.LazyFrame]], _R], *, threads: int | None = None
+    ) -> Iterator[_R]:
+        """``func`` on every task's frames on ``threads`` threads; results in task order.
+
+        Example::
+
+            parts = groups.map(lambda f: f["l"].join(f["o"], left_on="lk", right_on="ok")
+                               .group_by("ok").agg(pl.col("v").sum()).collect())
+            result = pl.concat(parts)
+        """
+        pl = _polars()
+
+        def frames(tables: dict[str, pa.Table]) -> _R:
+            return func({name: pl.from_arrow(t).lazy() for name, t in tables.items()})
+
+        return self.arrow.map(frames, threads=threads)
+
+
+def cogroup(
+    inputs: Mapping[str, str | os.PathLike[str] | ShuffleDataset], **options: Any
+) -> PolarsCoGroup:
+    """Read co-partitioned datasets as polars frames, task by task, without a second shuffle.
+
+    Takes the arguments of :func:`arrowshuffle.cogroup` (``columns``, ``split``,
+    ``target_bytes``, ...). A join and an aggregation on the partitioning keys, computed per
+    task and concatenated, equal the same over the whole datasets::
+
+        groups = arrowshuffle.polars.cogroup({"l": "/data/lineitem", "o": "/data/orders"})
+        result = pl.concat(groups.map(
+            lambda f: f["l"].join(f["o"], left_on="l_orderkey", right_on="o_orderkey")
+            .group_by("l_orderkey").agg(pl.col("l_price").sum()).collect()
+        ))
+
+    Raises:
+        PartitioningMismatchError: inputs that are not co-partitioned.
+    """
+    _polars()  # the install hint before any dataset is opened
+    return PolarsCoGroup(arrow_cogroup(inputs, **options))

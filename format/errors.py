@@ -50,6 +50,10 @@ class InvalidOptionError(ArrowShuffleError, ValueError):
     """An argument or option with a value that cannot be used."""
 
 
+class PartitioningMismatchError(InvalidOptionError):
+    """Datasets that are not partitioned alike, given where co-partitioned inputs are needed."""
+
+
 class ShuffleIOError(ArrowShuffleError, OSError):
     """A storage operation that failed: a missing object, a refused request, a short read."""
 

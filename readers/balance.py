@@ -32,6 +32,9 @@ DEFAULT_SKEW_MIN_BYTES = 256 * 1024 * 1024
 #: The bytes a planned task aims at (Spark's advisory size is 64 MiB; Arrow decoding is cheaper
 #: per byte than Spark's row format, so a task can take more).
 DEFAULT_TARGET_BYTES = 128 * 1024 * 1024
+#: The smallest target a plan spread over the cores takes (smaller tasks cost more than they
+#: balance).
+DEFAULT_MIN_TARGET_BYTES = 4 * 1024 * 1024
 
 
 @dataclass(frozen=True)
@@ -78,6 +81,15 @@ class SubpartitionSizes:
 
 #: Given a subpartition, its sizes in every file (fetched only for the few that are split).
 SizesOf = Callable[[int], SubpartitionSizes]
+
+
+def spread_target(selected_bytes: int, parallelism: int) -> int:
+    """The target that spreads ``selected_bytes`` over ``parallelism`` tasks.
+
+    Kept within [:data:`DEFAULT_MIN_TARGET_BYTES`, :data:`DEFAULT_TARGET_BYTES`].
+    """
+    share = -(-int(selected_bytes) // max(int(parallelism), 1))
+    return min(DEFAULT_TARGET_BYTES, max(DEFAULT_MIN_TARGET_BYTES, share))
 
 
 def skewed(
@@ -173,7 +185,7 @@ def _plan(
                     tasks.append(
                         PlannedRead(range(start, s), every_file, None, acc_bytes, acc_rows)
                     )
-                tasks.extend(_split(s, splits[s], target))
+                tasks.extend(split_subpartition(s, splits[s], target))
                 start, acc_bytes, acc_rows = s + 1, 0, 0
                 continue
             size = int(sizes[s])
@@ -187,7 +199,7 @@ def _plan(
     return tasks
 
 
-def _split(s: int, sizes: SubpartitionSizes, target: int) -> list[PlannedRead]:
+def split_subpartition(s: int, sizes: SubpartitionSizes, target: int) -> list[PlannedRead]:
     """Split one subpartition into tasks over consecutive files, or regions of one file."""
     one = range(s, s + 1)
     tasks: list[PlannedRead] = []

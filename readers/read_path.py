@@ -86,7 +86,7 @@ class Readable(abc.ABC):
     def subpartition_sizes(self) -> tuple[np.ndarray, np.ndarray]:
         """Bytes and rows of every subpartition, summed over files (two arrays of ``N``)."""
 
-    def _sizes_of(self, s: int) -> SubpartitionSizes:
+    def sizes_of(self, s: int) -> SubpartitionSizes:
         """Bytes and rows of subpartition ``s`` per file and region (from the indexes)."""
 
         def one(f: int) -> tuple[np.ndarray, np.ndarray]:
@@ -146,7 +146,7 @@ class Readable(abc.ABC):
             rows,
             runs,
             self.num_files,
-            self._sizes_of,
+            self.sizes_of,
             target_bytes=target,
             skew_factor=skew_factor,
             skew_min_bytes=skew_min,
@@ -223,12 +223,23 @@ class Readable(abc.ABC):
             raise InvalidOptionError(
                 f"options must be a ReadOptions, found {type(options).__name__}"
             )
+        return self.iter_reads(
+            self.reads(selection), columns=columns, verify=verify, options=options
+        )
+
+    def iter_reads(
+        self,
+        reads: Sequence[FileRead],
+        *,
+        columns: Sequence[str] | None = None,
+        verify: Verify = "auto",
+        options: ReadOptions | None = None,
+    ) -> Iterator[pa.RecordBatch]:
+        """:meth:`iter_batches` of file reads the caller made (see :meth:`reads`)."""
         options = options or self.options
         if columns is not None:
             select_schema(self.schema, columns)
-        tasks = self.read_tasks(
-            self.reads(selection), columns=columns, verify=verify, options=options
-        )
+        tasks = self.read_tasks(reads, columns=columns, verify=verify, options=options)
         return run_tasks(tasks, options)
 
     def iter_batches(

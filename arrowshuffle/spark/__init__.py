@@ -14,6 +14,10 @@ subpartitions coalesced, skewed ones split (options ``target_bytes``, ``skew_fac
 Spark partition per subpartition and ``consumers`` P contiguous ranges. See
 :mod:`arrowshuffle.spark.options` for every option.
 
+:func:`map_cogroups` runs a function on the same subpartitions of several co-partitioned
+datasets, one Spark task each, with no Exchange in the plan (a join or an aggregation on the
+partitioning keys without a second shuffle).
+
 :func:`write` does the same from Python and lets Spark compute the ``hash`` partitioner's
 subpartitions in the JVM; :func:`read` is the reader with keyword options.
 """
@@ -28,6 +32,7 @@ from arrowshuffle.spark.api import (
     register,
     write,
 )
+from arrowshuffle.spark.cogroup import map_cogroups
 from arrowshuffle.spark.compact import compact
 from arrowshuffle.spark.session import (
     SparkUnavailableError,
@@ -44,6 +49,7 @@ __all__ = [
     "compact",
     "java_available",
     "local_session",
+    "map_cogroups",
     "range_boundaries",
     "read",
     "register",

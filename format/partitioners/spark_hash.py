@@ -645,6 +645,46 @@ def check_key_type(typ: pa.DataType, name: str) -> None:
         _kernel(plain, f"key column {name!r}" + (f" (stored as {typ})" if plain != typ else ""))
 
 
+def hash_class(typ: pa.DataType) -> str:
+    """How Spark's hash sees values of a key column of ``typ``, in one word.
+
+    Equal values of two key columns hash alike exactly when their columns have the same
+    class: ``int16`` and ``int32`` (both ``hashInt``) do, ``int32`` and ``int64`` do not, nor
+    do decimals of different scales or of precision up to 18 and above it.
+
+    Raises:
+        InvalidOptionError: ``typ`` is not a type Spark's hash takes.
+    """
+    plain = _key_type(typ)
+    if pat.is_null(plain):
+        return "null"
+    _kernel(plain, f"a key of type {typ}")  # refuses what the hash does not take
+    if pat.is_boolean(plain):
+        return "boolean"
+    if pat.is_date(plain):  # before the ints: date32 is hashed as one
+        return "date"
+    if plain in _INT_DTYPES:
+        return "int"
+    if pat.is_int64(plain) or pat.is_uint32(plain):
+        return "long"
+    if pat.is_timestamp(plain):
+        return "timestamp" if plain.tz is not None else "timestamp_ntz"
+    if pat.is_duration(plain):
+        return "duration"
+    if pat.is_decimal(plain):
+        wide = plain.precision > _MAX_LONG_DIGITS
+        return f"decimal({'>' if wide else '<='}{_MAX_LONG_DIGITS} digits, scale {plain.scale})"
+    if pat.is_uint64(plain):  # as DECIMAL(20, 0)
+        return f"decimal(>{_MAX_LONG_DIGITS} digits, scale 0)"
+    if pat.is_float32(plain):
+        return "float"
+    if pat.is_float64(plain):
+        return "double"
+    if pat.is_string(plain) or pat.is_large_string(plain) or pat.is_string_view(plain):
+        return "string"
+    return "binary"
+
+
 def _is_binary_like(typ: pa.DataType) -> bool:
     return bool(
         pat.is_string(typ)
