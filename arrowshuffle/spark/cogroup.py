@@ -145,11 +145,11 @@ def _batches(result: TaskResult) -> Iterable[pa.RecordBatch]:
         return []
     if isinstance(result, pa.RecordBatch):
         return [result]
-    if isinstance(result, pa.Table):
-        return result.to_batches()
     if hasattr(result, "to_arrow"):  # polars
-        table: pa.Table = result.to_arrow()
-        return table.to_batches()
+        result = result.to_arrow()
+    if isinstance(result, pa.Table):
+        batches: list[pa.RecordBatch] = result.to_batches()
+        return batches
     if type(result).__name__ == "DataFrame" and hasattr(result, "to_records"):  # pandas
         return _batches(pa.Table.from_pandas(result, preserve_index=False))
     if isinstance(result, Iterable) and not isinstance(result, (str, bytes, Mapping)):
