@@ -185,7 +185,7 @@ def _plan(
                     tasks.append(
                         PlannedRead(range(start, s), every_file, None, acc_bytes, acc_rows)
                     )
-                tasks.extend(split_subpartition(s, splits[s], target))
+                tasks.extend(_split(s, splits[s], target))
                 start, acc_bytes, acc_rows = s + 1, 0, 0
                 continue
             size = int(sizes[s])
@@ -199,7 +199,7 @@ def _plan(
     return tasks
 
 
-def split_subpartition(s: int, sizes: SubpartitionSizes, target: int) -> list[PlannedRead]:
+def _split(s: int, sizes: SubpartitionSizes, target: int) -> list[PlannedRead]:
     """Split one subpartition into tasks over consecutive files, or regions of one file."""
     one = range(s, s + 1)
     tasks: list[PlannedRead] = []
@@ -244,6 +244,27 @@ def _split_regions(
         acc_rows += int(region_rows[r])
     tasks.append(PlannedRead(one, (f,), range(start, len(region_bytes)), acc_bytes, acc_rows))
     return tasks
+
+
+def balanced_cuts(sizes: np.ndarray, pieces: int) -> list[range]:
+    """Cut a row of units into at most ``pieces`` contiguous ranges of about equal size.
+
+    Unit ``i`` goes to the piece its midpoint falls in (``(before_i + size_i / 2) / share``,
+    with ``share`` the total over ``pieces``), so every piece is within one unit of the share
+    and no small remainder is left at the end, as filling pieces up to a target would leave.
+    Empty pieces are dropped; units of size 0 join a neighbour.
+    """
+    n = len(sizes)
+    values = np.asarray(sizes, dtype=np.float64)
+    total = float(values.sum())
+    if n == 0:
+        return []
+    if pieces <= 1 or total <= 0:
+        return [range(0, n)]
+    middle = np.cumsum(values) - values / 2
+    owner = np.minimum((middle * pieces / total).astype(np.int64), pieces - 1)
+    cuts = (np.flatnonzero(np.diff(owner)) + 1).tolist()
+    return [range(a, b) for a, b in zip([0, *cuts], [*cuts, n], strict=True)]
 
 
 def skew_ratio(task_bytes: Sequence[int]) -> float | None:

@@ -25,7 +25,7 @@ import numpy as np
 
 from arrowshuffle.format.copartition import Alignment
 from arrowshuffle.format.errors import InvalidOptionError
-from arrowshuffle.readers.balance import SizesOf, SubpartitionSizes, split_subpartition
+from arrowshuffle.readers.balance import SizesOf, SubpartitionSizes, balanced_cuts
 from arrowshuffle.readers.selection import FileRead
 
 
@@ -130,6 +130,7 @@ def _plan(
     split: str | None,
     target: int,
 ) -> list[CoGroupTask]:
+    total = np.sum(list(group_bytes.values()), axis=0, dtype=np.int64)
     tasks: list[CoGroupTask] = []
 
     def add_whole(groups: range) -> None:
@@ -138,21 +139,20 @@ def _plan(
         rows = sum(int(r[groups.start : groups.stop].sum()) for r in group_rows.values())
         tasks.append(CoGroupTask(len(tasks), groups, reads, size, rows))
 
-    start, acc = 0, 0
-    for g in range(alignment.num_groups):
-        size = sum(int(b[g]) for b in group_bytes.values())
-        if hot[g] and split is not None:
-            if g > start:
-                add_whole(range(start, g))
-            tasks.extend(_split_group(alignment, inputs, group_bytes, group_rows, g, split, target))
-            start, acc = g + 1, 0
-            continue
-        if g > start and acc + size > target:
-            add_whole(range(start, g))
-            start, acc = g, 0
-        acc += size
+    def add_run(start: int, stop: int) -> None:
+        """Groups [start, stop) coalesced into tasks of about equal bytes, each near the target."""
+        run_bytes = int(total[start:stop].sum())
+        for cut in balanced_cuts(total[start:stop], -(-run_bytes // target)):
+            add_whole(range(start + cut.start, start + cut.stop))
+
+    start = 0
+    for g in np.flatnonzero(hot).tolist() if split is not None else []:
+        if g > start:
+            add_run(start, g)
+        tasks.extend(_split_group(alignment, inputs, group_bytes, group_rows, g, split, target))
+        start = g + 1
     if alignment.num_groups > start:
-        add_whole(range(start, alignment.num_groups))
+        add_run(start, alignment.num_groups)
     return [
         CoGroupTask(i, t.groups, t.reads, t.bytes, t.rows, t.split) for i, t in enumerate(tasks)
     ]
@@ -176,16 +176,47 @@ def _split_group(
     other_rows = sum(int(group_rows[n][g]) for n in others)
     # Every piece also reads the other inputs' whole group: aim the split input's share lower.
     piece_target = max(target - other_bytes, target // 2, 1)
+    # Units to cut: whole files, and the regions of a file too large for one piece.
+    units: list[tuple[int, int | None]] = []
+    unit_bytes: list[int] = []
+    unit_rows: list[int] = []
+    for f, (region_bytes, region_rows) in enumerate(zip(sizes.bytes, sizes.rows, strict=True)):
+        if int(region_bytes.sum()) > piece_target and len(region_bytes) > 1:
+            units += [(f, r) for r in range(len(region_bytes))]
+            unit_bytes += [int(b) for b in region_bytes]
+            unit_rows += [int(r) for r in region_rows]
+        else:
+            units.append((f, None))
+            unit_bytes.append(int(region_bytes.sum()))
+            unit_rows.append(int(region_rows.sum()))
+    split_bytes = sum(unit_bytes)
     other_reads = {n: _whole(alignment, inputs, n, one) for n in others}
     tasks = []
-    for piece in split_subpartition(g, sizes, piece_target):
+    for cut in balanced_cuts(np.array(unit_bytes), -(-split_bytes // piece_target)):
         reads = dict(other_reads)
-        reads[split] = tuple(FileRead(f, subs, piece.regions) for f in piece.files)
+        reads[split] = _file_reads([units[i] for i in cut], subs)
         reads = {n: reads[n] for n in inputs}  # the inputs' order
+        piece_bytes = sum(unit_bytes[i] for i in cut)
+        piece_rows = sum(unit_rows[i] for i in cut)
         tasks.append(
-            CoGroupTask(0, one, reads, piece.bytes + other_bytes, piece.rows + other_rows, split)
+            CoGroupTask(0, one, reads, piece_bytes + other_bytes, piece_rows + other_rows, split)
         )
     return tasks
+
+
+def _file_reads(
+    units: Sequence[tuple[int, int | None]], subs: range | list[int]
+) -> tuple[FileRead, ...]:
+    """Whole files and consecutive regions of one file, as one read per file."""
+    reads: list[FileRead] = []
+    for f, region in units:
+        if region is None:
+            reads.append(FileRead(f, subs))
+        elif reads and reads[-1].file == f and reads[-1].regions is not None:
+            reads[-1] = FileRead(f, subs, range(reads[-1].regions.start, region + 1))
+        else:
+            reads.append(FileRead(f, subs, range(region, region + 1)))
+    return tuple(reads)
 
 
 def _whole(
