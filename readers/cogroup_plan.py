@@ -130,7 +130,7 @@ def _plan(
     split: str | None,
     target: int,
 ) -> list[CoGroupTask]:
-    total = np.sum(list(group_bytes.values()), axis=0, dtype=np.int64)
+    total = np.asarray(np.sum(list(group_bytes.values()), axis=0, dtype=np.int64))
     tasks: list[CoGroupTask] = []
 
     def add_whole(groups: range) -> None:
@@ -146,7 +146,9 @@ def _plan(
             add_whole(range(start + cut.start, start + cut.stop))
 
     start = 0
-    for g in np.flatnonzero(hot).tolist() if split is not None else []:
+    for g in np.flatnonzero(hot).tolist():
+        if split is None:
+            break
         if g > start:
             add_run(start, g)
         tasks.extend(_split_group(alignment, inputs, group_bytes, group_rows, g, split, target))
