@@ -23,7 +23,7 @@ from arrowshuffle.format.errors import InvalidOptionError
 from arrowshuffle.format.manifest import Manifest
 from arrowshuffle.format.notation import parse_bytes
 from arrowshuffle.readers.balance import DEFAULT_SKEW_FACTOR, spread_target
-from arrowshuffle.readers.cogroup_plan import CoGroupTask, InputSizes, plan_cogroup
+from arrowshuffle.readers.cogroup_plan import CoGroupTask, InputSizes, plan_cogroup, task_reads
 from arrowshuffle.readers.dataset import ShuffleDataset, open_dataset
 from arrowshuffle.readers.integrity import Verify
 from arrowshuffle.readers.read_path import select_schema
@@ -84,9 +84,8 @@ class CoGroup:
         chosen = self._task(task)
         tables = {}
         for name, dataset in self.inputs.items():
-            batches = dataset.iter_reads(
-                chosen.reads[name], columns=self.columns[name], verify=self.verify
-            )
+            reads = task_reads(chosen, name, self.alignment, dataset.num_files)
+            batches = dataset.iter_reads(reads, columns=self.columns[name], verify=self.verify)
             tables[name] = pa.Table.from_batches(list(batches), schema=self.schema(name))
         return tables
 

@@ -36,19 +36,31 @@ class CoGroupTask:
     Attributes:
         index: the task's position in the plan.
         groups: the groups it reads, a contiguous range of ``[0, num_groups)``.
-        reads: per input, what it reads of that input's files.
         bytes: chunk bytes the task reads over all inputs.
         rows: rows it reads over all inputs.
         split: the input of which it reads part of one skewed group (``None``: it reads its
             groups whole from every input).
+        pieces: what it reads of the ``split`` input's files (empty without a split). Every
+            other read is the task's groups of every file (see :func:`task_reads`), left out
+            so that a plan stays small when it is sent to many workers.
     """
 
     index: int
     groups: range
-    reads: Mapping[str, tuple[FileRead, ...]]
     bytes: int
     rows: int
     split: str | None = None
+    pieces: tuple[FileRead, ...] = ()
+
+
+def task_reads(
+    task: CoGroupTask, name: str, alignment: Alignment, num_files: int
+) -> tuple[FileRead, ...]:
+    """What ``task`` reads of input ``name``, a dataset of ``num_files`` files."""
+    if name == task.split:
+        return task.pieces
+    subs = _subpartitions(alignment, name, task.groups)
+    return tuple(FileRead(f, subs) for f in range(num_files))
 
 
 @dataclass(frozen=True)
@@ -134,10 +146,9 @@ def _plan(
     tasks: list[CoGroupTask] = []
 
     def add_whole(groups: range) -> None:
-        reads = {name: _whole(alignment, inputs, name, groups) for name in inputs}
         size = sum(int(b[groups.start : groups.stop].sum()) for b in group_bytes.values())
         rows = sum(int(r[groups.start : groups.stop].sum()) for r in group_rows.values())
-        tasks.append(CoGroupTask(len(tasks), groups, reads, size, rows))
+        tasks.append(CoGroupTask(len(tasks), groups, size, rows))
 
     def add_run(start: int, stop: int) -> None:
         """Groups [start, stop) coalesced into tasks of about equal bytes, each near the target."""
@@ -156,7 +167,7 @@ def _plan(
     if alignment.num_groups > start:
         add_run(start, alignment.num_groups)
     return [
-        CoGroupTask(i, t.groups, t.reads, t.bytes, t.rows, t.split) for i, t in enumerate(tasks)
+        CoGroupTask(i, t.groups, t.bytes, t.rows, t.split, t.pieces) for i, t in enumerate(tasks)
     ]
 
 
@@ -192,16 +203,13 @@ def _split_group(
             unit_bytes.append(int(region_bytes.sum()))
             unit_rows.append(int(region_rows.sum()))
     split_bytes = sum(unit_bytes)
-    other_reads = {n: _whole(alignment, inputs, n, one) for n in others}
     tasks = []
     for cut in balanced_cuts(np.array(unit_bytes), -(-split_bytes // piece_target)):
-        reads = dict(other_reads)
-        reads[split] = _file_reads([units[i] for i in cut], subs)
-        reads = {n: reads[n] for n in inputs}  # the inputs' order
+        pieces = _file_reads([units[i] for i in cut], subs)
         piece_bytes = sum(unit_bytes[i] for i in cut)
         piece_rows = sum(unit_rows[i] for i in cut)
         tasks.append(
-            CoGroupTask(0, one, reads, piece_bytes + other_bytes, piece_rows + other_rows, split)
+            CoGroupTask(0, one, piece_bytes + other_bytes, piece_rows + other_rows, split, pieces)
         )
     return tasks
 
@@ -219,14 +227,6 @@ def _file_reads(
         else:
             reads.append(FileRead(f, subs, range(region, region + 1)))
     return tuple(reads)
-
-
-def _whole(
-    alignment: Alignment, inputs: Mapping[str, InputSizes], name: str, groups: range
-) -> tuple[FileRead, ...]:
-    """Every file's chunks of ``groups`` of input ``name``."""
-    subs = _subpartitions(alignment, name, groups)
-    return tuple(FileRead(f, subs) for f in range(inputs[name].num_files))
 
 
 def _group_sizes(sizes: InputSizes, subpartitions: Sequence[int]) -> SubpartitionSizes:

@@ -21,7 +21,7 @@ import arrowshuffle as ash
 from arrowshuffle.format.copartition import Alignment
 from arrowshuffle.format.partitioners import make_partitioner
 from arrowshuffle.readers.balance import SubpartitionSizes
-from arrowshuffle.readers.cogroup_plan import InputSizes, plan_cogroup
+from arrowshuffle.readers.cogroup_plan import InputSizes, plan_cogroup, task_reads
 
 KEYS = 500
 
@@ -260,9 +260,9 @@ def test_a_hot_key_is_split_over_the_files_of_the_split_input(tmp_path: Path) ->
     )
     pieces = [t for t in groups.tasks if t.split == "l"]
     assert len(pieces) >= 4 and all(t.groups == range(hot_group, hot_group + 1) for t in pieces)
-    files = [r.file for t in pieces for r in t.reads["l"]]
+    files = [r.file for t in pieces for r in t.pieces]
     assert sorted(files) == list(range(12))  # disjoint, and all of them
-    assert all(len(t.reads["o"]) == 1 for t in pieces)  # the orders' group read whole by each
+    assert all(not t.pieces or t.split for t in groups.tasks)
     biggest = lambda g: max(t.bytes for t in g.tasks)  # noqa: E731
     assert biggest(groups) < biggest(plain) / 3
     assert sort(joined(groups)).equals(sort(joined(plain)))
@@ -369,7 +369,7 @@ def test_every_chunk_is_read_once_or_by_each_piece_of_a_split(
         count: dict[tuple[int, int, int], int] = {}
         for t in tasks:
             subs = set(alignment.subpartitions(name, t.groups))
-            for r in t.reads[name]:
+            for r in task_reads(t, name, alignment, sizes.num_files):
                 assert set(r.subpartitions) == subs
                 for region in r.regions or range(regions):
                     for s in subs:
