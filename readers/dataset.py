@@ -294,7 +294,14 @@ def open_dataset(
         isinstance(version, bool) or not isinstance(version, int) or version < 0
     ):
         raise InvalidOptionError(f"version must be an integer >= 0, found {version!r}")
-    return _open_dataset(resolve(path, storage_options), options, version)
+    location = resolve(path, storage_options)
+    if location.is_local and os.path.isfile(location.path):
+        raise MissingObjectError(
+            errno.ENOENT,
+            f"{location.url} is a file, not a dataset directory (open_file reads a single "
+            "shuffle file)",
+        )
+    return _open_dataset(location, options, version)
 
 
 def _open_dataset(

@@ -143,6 +143,28 @@ CASES = [
     Case("open_file", "storage options a list", lambda w: ash.open_file(w.file, [1]), Invalid),
     Case("open_file", "an unknown protocol", lambda w: ash.open_file("nope://x/y"), Invalid),
     Case("ShuffleFile", "options an int", lambda w: ash.open_file(w.file, options=1), Invalid),
+    Case("cogroup", "None", lambda w: ash.cogroup(None), Invalid),
+    Case("cogroup", "a list", lambda w: ash.cogroup([w.dataset]), Invalid),
+    Case("cogroup", "an int input", lambda w: ash.cogroup({"a": 3}), Invalid),
+    Case("cogroup", "a missing input", lambda w: ash.cogroup({"a": w.missing}), Missing),
+    Case("cogroup", "a file input", lambda w: ash.cogroup({"a": w.file}), Missing),
+    Case(
+        "cogroup",
+        "target_bytes=-1",
+        lambda w: ash.cogroup({"a": w.dataset}, target_bytes=-1),
+        Invalid,
+    ),
+    Case(
+        "cogroup", "parallelism=0", lambda w: ash.cogroup({"a": w.dataset}, parallelism=0), Invalid
+    ),
+    Case("CoGroup", "read(99)", lambda w: ash.cogroup({"a": w.dataset}).read(99), Invalid),
+    Case("CoGroup", "read('x')", lambda w: ash.cogroup({"a": w.dataset}).read("x"), Invalid),
+    Case(
+        "CoGroup",
+        "map(threads=0)",
+        lambda w: list(ash.cogroup({"a": w.dataset}).map(len, threads=0)),
+        Invalid,
+    ),
     Case("ShuffleFile", "read(-1)", lambda w: w.opened_file().read(-1), Invalid),
     Case("ShuffleFile", "read(99)", lambda w: w.opened_file().read(99), Invalid),
     Case("ShuffleFile", "read(1.5)", lambda w: w.opened_file().read(1.5), Invalid),
@@ -516,6 +538,21 @@ CASES = [
         Invalid,
         "polars",
     ),
+    Case("polars.cogroup", "None", lambda w: _polars().cogroup(None), Invalid, "polars"),
+    Case(
+        "polars.cogroup",
+        "a missing input",
+        lambda w: _polars().cogroup({"a": w.missing}),
+        Missing,
+        "polars",
+    ),
+    Case(
+        "polars.PolarsCoGroup",
+        "read(99)",
+        lambda w: _polars().cogroup({"a": w.dataset}).read(99),
+        Invalid,
+        "polars",
+    ),
     Case("polars.read", "None", lambda w: _polars().read(None), Invalid, "polars"),
     Case(
         "polars.read", "verify='x'", lambda w: _polars().read(w.file, verify="x"), Invalid, "polars"
@@ -529,6 +566,13 @@ CASES = [
         "spark.write",
         "None frame",
         lambda w: _spark().write(None, w.root / "sp", num_subpartitions=2),
+        Invalid,
+        "pyspark",
+    ),
+    Case(
+        "spark.map_cogroups",
+        "None session",
+        lambda w: _spark().map_cogroups(None, {"a": w.dataset}, len, "x long"),
         Invalid,
         "pyspark",
     ),
@@ -568,6 +612,7 @@ def test_only_arrowshuffle_errors_escape(case: Case, world: World) -> None:
 #: Exported callables the library returns and does not expect to be given: records of what a
 #: call did. They are checked to be plain dataclasses, which hold data and run no code.
 RECORDS = {
+    "CoGroupTask",
     "CompactionReport",
     "ConsumerAssignment",
     "DatasetReport",
@@ -611,7 +656,8 @@ def test_every_exported_error_is_in_the_tree() -> None:
     classes = [getattr(ash, n) for n in _error_classes() if "." not in n]
     classes.append(arrowshuffle.spark.SparkUnavailableError)
     assert ash.MissingExtraError in classes and ash.CommitConflictError in classes
-    assert len(classes) == 12
+    assert ash.PartitioningMismatchError in classes
+    assert len(classes) == 13
     for cls in classes:
         assert issubclass(cls, ash.ArrowShuffleError), cls
 
