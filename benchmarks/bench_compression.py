@@ -47,13 +47,17 @@ from benchmarks.timing import spread
 CODECS = ("none", "lz4", "zstd")
 NUM_SUBPARTITIONS = 64
 BATCH_ROWS = 65536
-WORDS = (
-    "furiously carefully quickly slyly blithely final regular special pending express ironic "
-    "bold even silent unusual idle deposits requests packages accounts foxes theodolites "
-    "pinto beans instructions dependencies asymptotes courts platelets dolphins excuses ideas "
-    "sleep wake haggle nag use integrate are cajole detect boost affix along across above "
-    "according to the among after against"
-).split()
+WORDS = tuple(
+    " ".join(
+        [
+            "furiously carefully quickly slyly blithely final regular special pending express",
+            "ironic bold even silent unusual idle deposits requests packages accounts foxes",
+            "theodolites pinto beans instructions dependencies asymptotes courts platelets",
+            "dolphins excuses ideas sleep wake haggle nag use integrate are cajole detect boost",
+            "affix along across above according to the among after against",
+        ]
+    ).split(" ")
+)
 RETURN_FLAGS = ("A", "N", "R")
 LINE_STATUS = ("F", "O")
 SHIP_INSTRUCT = ("DELIVER IN PERSON", "COLLECT COD", "NONE", "TAKE BACK RETURN")
@@ -106,6 +110,8 @@ def lineitem(rows: int, seed: int) -> pa.Table:
     quantity = rng.integers(1, 51, rows).astype(np.float64)
     price = np.round(rng.uniform(900.0, 2100.0, rows), 2)
     ship = rng.integers(8036, 10561, rows).astype(np.int32)  # 1992-01-02 .. 1998-12-01
+    commit = ship + rng.integers(-60, 61, rows).astype(np.int32)
+    receipt = ship + rng.integers(1, 31, rows).astype(np.int32)
     table = pa.table(
         {
             "l_orderkey": orderkey,
@@ -119,8 +125,8 @@ def lineitem(rows: int, seed: int) -> pa.Table:
             "l_returnflag": choice_strings(RETURN_FLAGS, rng.integers(0, 3, rows)),
             "l_linestatus": choice_strings(LINE_STATUS, rng.integers(0, 2, rows)),
             "l_shipdate": pa.array(ship, pa.date32()),
-            "l_commitdate": pa.array(ship + rng.integers(-60, 61, rows).astype(np.int32), pa.date32()),
-            "l_receiptdate": pa.array(ship + rng.integers(1, 31, rows).astype(np.int32), pa.date32()),
+            "l_commitdate": pa.array(commit, pa.date32()),
+            "l_receiptdate": pa.array(receipt, pa.date32()),
             "l_shipinstruct": choice_strings(SHIP_INSTRUCT, rng.integers(0, 4, rows)),
             "l_shipmode": choice_strings(SHIP_MODES, rng.integers(0, 7, rows)),
             "l_comment": comments(rows, rng),
