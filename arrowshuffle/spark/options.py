@@ -10,9 +10,9 @@ Writer options:
     ``path``, ``num_subpartitions`` (required), ``partition_by`` (``"k1,k2"``), ``partitioner``
     (default ``hash`` when ``partition_by`` is given), ``partitioner_options`` (JSON object of
     extra partitioner arguments), ``memory`` (``"256MiB"``; default: the process-wide pool),
-    ``compression`` (``zstd``, the default, ``lz4`` or ``none``), ``max_batch_rows``, ``subpartition_column``
-    (a column that already holds each row's subpartition; it is not stored),
-    ``storage_options``, ``save_mode``.
+    ``compression`` (``zstd``, the default, ``lz4`` or ``none``), ``max_batch_rows``,
+    ``subpartition_column`` (a column that already holds each row's subpartition; it is not
+    stored), ``storage_options``, ``save_mode``.
 
     Spark passes a Python data source only whether it overwrites, and accepts only its
     ``append`` and ``overwrite`` modes: ``save_mode`` (``error`` or ``ignore``; ``overwrite``
