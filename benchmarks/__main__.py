@@ -56,6 +56,7 @@ BENCHMARKS = (
     "plan",
     "wide",
     "commits",
+    "compression",
 )
 SIZES = ("small", "medium", "large")
 #: Repeats per size when --repeats is not given.
@@ -87,6 +88,7 @@ SIZE_FLAGS: dict[str, dict[str, list[str]]] = {
         "plan": ["--rows", "400000", "--files", "8", "--subpartitions", "64"],
         "wide": ["--quick"],
         "commits": ["--seconds", "15", "--request-rows", "50000"],
+        "compression": ["--rows", "300000", "--s3-rows", "50000"],
     },
     "medium": {
         "format": ["--rows", "2000000", "--subpartitions", "64", "--memory", "64MiB"],
@@ -98,6 +100,7 @@ SIZE_FLAGS: dict[str, dict[str, list[str]]] = {
         "plan": ["--rows", "2000000", "--files", "8", "--subpartitions", "64"],
         "wide": ["--files", "256", "--subpartitions", "500", "--local-files", "16,64,256"],
         "commits": ["--seconds", "30", "--runs", "2"],
+        "compression": ["--rows", "1000000", "--s3-rows", "100000"],
     },
     "large": {
         "format": ["--rows", "10000000", "--subpartitions", "256", "--memory", "256MiB"],
@@ -113,6 +116,7 @@ SIZE_FLAGS: dict[str, dict[str, list[str]]] = {
         "plan": ["--rows", "10000000", "--files", "8", "--subpartitions", "64"],
         "wide": [],  # M = N = 1,000
         "commits": ["--seconds", "90", "--runs", "3"],
+        "compression": ["--rows", "6000000", "--s3-rows", "500000"],
     },
 }  # fmt: skip
 
@@ -429,6 +433,12 @@ NOTES = """## What each benchmark measures
   count is what it is a share of. Then, on S3 without delays, the HTTP requests of a cold
   one-subpartition read and of one append (and how many of those are the commit's), with their
   time against one cold GET and one plain PUT.
+* `compression` (`benchmarks/bench_compression.py`): rows shaped like TPC-H lineitem (16
+  columns) hash-partitioned by order key into 64 subpartitions, written with each body
+  compression (`none`, `lz4`, `zstd`): write time and bytes against polars `write_parquet` (zstd)
+  of the same rows, a local read of one subpartition (time, against the uncompressed file in the
+  JSON), and on moto's S3 server the requests and response bytes of opening the file and reading
+  one subpartition (moto's speed says nothing about S3's, so there is no time).
 
 Rerun one benchmark larger with its own flags, e.g. `python -m benchmarks.bench_reads --help`, or
 all of them with `python -m benchmarks --size medium` (near the scripts' defaults) or `--size large`

@@ -178,17 +178,18 @@ def kernel_figures(doc: dict[str, Any]) -> Iterator[Figure]:
             r["peer"]["name"],
             Stat.of(r["peer"]),
         )
-    w = doc["writer"]
-    yield Figure(
-        "kernels",
-        f"writer with ids given, {w['rows'] / 1e6:g}M rows int64/float64/string "
-        f"({ours_threads}): {w['x_plain']:.2f}x plain IPC's rows/s",
-        "s",
-        w["ours"]["name"],
-        Stat.of(w["ours"]),
-        w["peer"]["name"],
-        Stat.of(w["peer"]),
-    )
+    for w in doc.get("writers", [doc["writer"]]):
+        yield Figure(
+            "kernels",
+            f"writer with ids given, {w['rows'] / 1e6:g}M rows int64/float64/string, "
+            f"{w.get('compression', 'none')} ({ours_threads}): {w['x_plain']:.2f}x plain IPC's "
+            "rows/s",
+            "s",
+            w["ours"]["name"],
+            Stat.of(w["ours"]),
+            w["peer"]["name"],
+            Stat.of(w["peer"]),
+        )
 
 
 LOCAL_PEERS = ("polars scan_ipc + filter", "hive parquet (polars)", "hive parquet (pyarrow)")
@@ -542,6 +543,32 @@ def commits_figures(doc: dict[str, Any]) -> Iterator[Figure]:
     )
 
 
+def compression_figures(doc: dict[str, Any]) -> Iterator[Figure]:
+    """bench_compression: each codec's bytes and write time against polars Parquet (zstd)."""
+    local = doc["local"]
+    parquet = local["parquet"]
+    rows = doc["settings"]["rows"]
+    for codec, r in local["codecs"].items():
+        yield Figure(
+            "compression",
+            f"bytes, {rows:,} lineitem rows, compression={codec}",
+            "B",
+            f"data file + index ({codec})",
+            Stat(float(r["data_bytes"] + r["index_bytes"])),
+            parquet["name"],
+            Stat(float(parquet["bytes"])),
+        )
+        yield Figure(
+            "compression",
+            f"write, {rows:,} lineitem rows, compression={codec}",
+            "s",
+            f"ShuffleFileWriter ({codec}, 64 subpartitions)",
+            Stat.of(r["write"]),
+            parquet["name"],
+            Stat.of(parquet["write"]),
+        )
+
+
 EXTRACTORS: dict[str, Callable[[dict[str, Any]], Iterator[Figure]]] = {
     "format": format_figures,
     "partitioners": partitioner_figures,
@@ -552,6 +579,7 @@ EXTRACTORS: dict[str, Callable[[dict[str, Any]], Iterator[Figure]]] = {
     "plan": plan_figures,
     "wide": wide_figures,
     "commits": commits_figures,
+    "compression": compression_figures,
 }
 
 

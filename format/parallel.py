@@ -16,7 +16,14 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import TypeVar
 
-__all__ = ["NUM_THREADS_ENV", "num_threads", "parallel_map", "row_ranges"]
+__all__ = [
+    "NUM_THREADS_ENV",
+    "background_threads",
+    "num_threads",
+    "parallel_map",
+    "row_ranges",
+    "submit",
+]
 
 NUM_THREADS_ENV = "ARROWSHUFFLE_NUM_THREADS"
 
@@ -105,6 +112,25 @@ def parallel_map(function: Callable[[_T], _R], items: Sequence[_T]) -> list[_R]:
     if error is not None:
         raise error
     return results
+
+
+def background_threads() -> int:
+    """How many pool threads may run work for the calling thread (0 from a pool thread)."""
+    if getattr(_in_worker, "active", False):
+        return 0
+    return num_threads() - 1
+
+
+def submit(function: Callable[[], _R]) -> Future[_R] | None:
+    """Start ``function`` on the pool; None when there is no pool thread for the caller.
+
+    With one thread, or when called from a pool thread (which must not wait on its own pool),
+    nothing is started and the caller runs ``function`` itself.
+    """
+    threads = background_threads()
+    if threads < 1:
+        return None
+    return _executor(threads).submit(function)
 
 
 def row_ranges(rows: int, min_rows: int, parts: int | None = None) -> list[tuple[int, int]]:

@@ -67,10 +67,18 @@ def write_pair(
     partitioner: object = None,
     max_batch_rows: int = 4,
 ) -> Path:
-    """A valid file: ``regions`` regular regions of 9 rows (and a broadcast one if asked)."""
+    """A valid file: ``regions`` regular regions of 9 rows (and a broadcast one if asked).
+
+    Uncompressed, so that tests can find and damage the values' bytes in the data file.
+    """
     path = directory / name
     with arrowshuffle.ShuffleFileWriter(
-        path, SCHEMA, N, max_batch_rows=max_batch_rows, partitioner=partitioner
+        path,
+        SCHEMA,
+        N,
+        max_batch_rows=max_batch_rows,
+        partitioner=partitioner,
+        compression="none",
     ) as writer:
         for r in range(regions):
             table, ids = region_rows(r, 9)

@@ -27,7 +27,12 @@ from arrowshuffle.writers.dataset_writer import (
     prepare_directory,
     read_manifest,
 )
-from arrowshuffle.writers.file_writer import DEFAULT_MAX_BATCH_ROWS, ShuffleFileWriter, WrittenFile
+from arrowshuffle.writers.file_writer import (
+    DEFAULT_COMPRESSION,
+    DEFAULT_MAX_BATCH_ROWS,
+    ShuffleFileWriter,
+    WrittenFile,
+)
 from arrowshuffle.writers.memory_pool import MemoryPool
 
 #: The partitioner used when neither ``partitioner`` nor ``by`` is given (Spark's
@@ -43,7 +48,7 @@ def write(
     partitioner: str | Partitioner | None = None,
     by: str | list[str] | None = None,
     memory: int | str | None = None,
-    compression: str | None = "none",
+    compression: str | None = DEFAULT_COMPRESSION,
     max_batch_rows: int = DEFAULT_MAX_BATCH_ROWS,
     storage_options: dict[str, Any] | None = None,
     memory_pool: MemoryPool | None = None,
@@ -67,7 +72,8 @@ def write(
             ``"hash"`` when ``by`` is given, else ``"round_robin"``.
         by: the key column(s) of ``hash``, ``key_group``, ``range`` or ``column``.
         memory: the writer's memory (see :class:`ShuffleFileWriter`).
-        compression: ``"none"``, ``"lz4"`` or ``"zstd"``.
+        compression: ``"zstd"`` (the default), ``"lz4"`` or ``"none"``; ``"none"`` keeps
+            local reads zero-copy, at several times the bytes (README, "Compression").
         max_batch_rows: the most rows per record batch, read and written.
         storage_options: passed to fsspec for URLs.
         memory_pool: the pool the writer takes its budget from.

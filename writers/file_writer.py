@@ -16,7 +16,7 @@ import json
 import os
 import uuid
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Any
@@ -47,10 +47,16 @@ from arrowshuffle.writers.memory_pool import (
 )
 from arrowshuffle.writers.output import AtomicOutput, remove_quietly
 from arrowshuffle.writers.sink import ChecksummingSink
-from arrowshuffle.writers.sort_buffer import SortBuffer, rebatch
+from arrowshuffle.writers.sort_buffer import SortBuffer, batch_groups, combine_ahead
 
 DEFAULT_MAX_BATCH_ROWS = 64 * 1024
+#: The body compression of every writer that is not told otherwise (Python and Spark): ZSTD
+#: makes files several times smaller than uncompressed ones, which object storage reads, at
+#: a write and decode cost (README, "Compression"). ``"none"`` keeps zero-copy local reads.
+DEFAULT_COMPRESSION = "zstd"
 MIN_INPUT_SLICE_ROWS = 16 * 1024
+#: A written chunk: (offset, length, rows, batches, crc32c), an index entry's fields.
+_Chunk = tuple[int, int, int, int, int]
 
 
 @dataclass(frozen=True)
@@ -145,7 +151,9 @@ class ShuffleFileWriter:
             writer reserves in that pool (default 4 MiB); its budget is that minimum plus an even
             share of the pool's unreserved bytes.
         max_batch_rows: the most rows in one record batch of the data file.
-        compression: Arrow IPC body compression, ``"none"``, ``"lz4"`` or ``"zstd"``.
+        compression: Arrow IPC body compression, ``"zstd"`` (the default), ``"lz4"`` or
+            ``"none"`` (``None`` also means none). Uncompressed files read locally without a
+            copy (memory-mapped); compressed ones are smaller on disk and on the wire.
         partitioner: assigns rows to subpartitions when :meth:`write` gets no ids.
         storage_options: passed to fsspec for URLs.
         memory_pool: the pool to take a local pool from. When neither ``memory`` nor
@@ -171,7 +179,7 @@ class ShuffleFileWriter:
         *,
         memory: int | str | None = None,
         max_batch_rows: int = DEFAULT_MAX_BATCH_ROWS,
-        compression: str | None = "none",
+        compression: str | None = DEFAULT_COMPRESSION,
         partitioner: Partitioner | None = None,
         storage_options: dict[str, Any] | None = None,
         memory_pool: MemoryPool | None = None,
@@ -226,7 +234,8 @@ class ShuffleFileWriter:
         # A writer dropped without close() must still give its reservation back.
         self._memory_finalizer = weakref.finalize(self, self._memory.close)
         try:
-            self._data = AtomicOutput(self._location)
+            # The sink gathers small writes and passes body buffers whole: no Python buffer.
+            self._data = AtomicOutput(self._location, buffered=False)
         except BaseException:
             self._memory.close()
             raise
@@ -392,29 +401,36 @@ class ShuffleFileWriter:
         self._emit_region()
         self._emit_broadcast_region()
 
-    def _write_chunk(self, slices: list[pa.RecordBatch]) -> tuple[int, int, int, int, int]:
-        """Write one chunk; return (offset, length, rows, batches, crc32c)."""
+    def _write_chunk(self, batches: Iterator[pa.RecordBatch], count: int) -> _Chunk:
+        """Write the next ``count`` of ``batches`` as one chunk; return its index entry."""
         start = max(self._sink.position, self._header_end)
         self._sink.begin_chunk(start)
-        rows = batches = 0
-        for batch in rebatch(slices, self.max_batch_rows):
+        rows = 0
+        for _ in range(count):
+            batch = next(batches)
             self._ipc.write_batch(batch)
             rows += batch.num_rows
-            batches += 1
-        if batches == 0:
+        if count == 0:
             return start, 0, 0, 0, 0
-        return start, self._sink.position - start, rows, batches, self._sink.chunk_crc32c
+        return start, self._sink.position - start, rows, count, self._sink.chunk_crc32c
 
     def _emit_region(self) -> None:
         if not self._buffer:
             return
         entries = np.zeros(self.num_subpartitions, dtype=ENTRY_DTYPE)
+        plan = [
+            (s, batch_groups(slices, self.max_batch_rows)) for s, slices in self._buffer.chunks()
+        ]
+        # Output batches of the whole region, in file order: the next one is put together
+        # while the current one is written.
+        batches = combine_ahead(group for _, groups in plan for group in groups)
         region_start: int | None = None
-        for s, slices in self._buffer.chunks():
-            entries[s] = self._write_chunk(slices)
+        for s, groups in plan:
+            entries[s] = self._write_chunk(batches, len(groups))
             if region_start is None:
                 region_start = int(entries[s]["offset"])
         assert region_start is not None
+        del plan, batches
         self._regions.append((region_start, self._sink.position - region_start, 0))
         self._entries.append(entries)
         # Only now are the buffered batches dropped: release their bytes to the pool.
@@ -424,8 +440,9 @@ class ShuffleFileWriter:
         if not self._broadcast:
             return
         ((_, slices),) = list(self._broadcast.chunks())
-        chunk = self._write_chunk(slices)
-        del slices
+        groups = batch_groups(slices, self.max_batch_rows)
+        chunk = self._write_chunk(combine_ahead(groups), len(groups))
+        del slices, groups
         self._memory.release_all()
         entries = np.zeros(self.num_subpartitions, dtype=ENTRY_DTYPE)
         entries[:] = chunk
@@ -453,6 +470,7 @@ class ShuffleFileWriter:
             # Nothing is buffered any more: the other writers of the pool may have its bytes.
             self._memory.close()
             self._ipc.close()
+            self._sink.flush()  # the footer's small writes are still gathered in the sink
             data_size = self._sink.position
             region_table = np.array(
                 [(offset, length, flags, 0) for offset, length, flags in self._regions],

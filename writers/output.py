@@ -23,9 +23,15 @@ class AtomicOutput:
     Locally it is written under a hidden temporary name in the same directory and renamed. On
     object stores an object appears only when its upload completes, so it is written in place
     and :meth:`discard` aborts the upload (or deletes what was uploaded).
+
+    ``buffered=False`` opens a local file without Python's write buffer, for a writer that
+    gathers small writes itself and hands large buffers over whole (they would otherwise be
+    copied into the buffer first); object stores keep their upload buffer of ``block_size``.
     """
 
-    def __init__(self, location: Location, *, block_size: int = 8 * 1024 * 1024) -> None:
+    def __init__(
+        self, location: Location, *, block_size: int = 8 * 1024 * 1024, buffered: bool = True
+    ) -> None:
         self.location = location
         self._temp_path: str | None = None
         if location.is_local:
@@ -34,7 +40,8 @@ class AtomicOutput:
             if location.is_local:
                 directory, name = os.path.split(location.path)
                 self._temp_path = os.path.join(directory, temp_name(name))
-                self.file: IO[bytes] = open(self._temp_path, "wb", buffering=block_size)  # noqa: SIM115
+                buffering = block_size if buffered else 0
+                self.file: IO[bytes] = open(self._temp_path, "wb", buffering=buffering)  # noqa: SIM115
             else:
                 self.file = location.fs.open(location.path, "wb", block_size=block_size)
         self._done = False

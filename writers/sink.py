@@ -6,6 +6,10 @@ from typing import IO, Any
 
 from arrowshuffle.format.crc import crc32c
 
+#: Writes smaller than this are gathered in memory and written together; larger ones (the
+#: body buffers of record batches) go to the wrapped stream as they are, without a copy.
+SMALL_WRITE = 64 * 1024
+
 
 class ChecksummingSink:
     """Pass bytes through to ``raw`` while counting them and checksumming the current chunk.
@@ -14,6 +18,11 @@ class ChecksummingSink:
     ``write_batch`` returns, so the position between two batches is exact. The IPC writer emits
     the file header lazily, inside the first ``write_batch``; :meth:`begin_chunk` therefore takes
     the position the chunk will start at and bytes before it stay out of the checksum.
+
+    Body buffers arrive as pyarrow buffers: they are checksummed in place and handed to ``raw``
+    whole, so ``raw`` may be unbuffered. The small pieces between them (message lengths,
+    flatbuffer metadata, padding) are gathered here and written in one call before the next
+    large buffer, at :meth:`flush` and at :meth:`drain`.
     """
 
     def __init__(self, raw: IO[bytes]) -> None:
@@ -21,6 +30,7 @@ class ChecksummingSink:
         self.position = 0
         self._chunk_start = 0
         self._crc = 0
+        self._pending = bytearray()
         self.closed = False
 
     def begin_chunk(self, start: int) -> None:
@@ -42,9 +52,19 @@ class ChecksummingSink:
             self._crc = crc32c(data, self._crc)
         elif skip < n:
             self._crc = crc32c(view.cast("B")[skip:], self._crc)
-        self._raw.write(data)
         self.position += n
+        if n < SMALL_WRITE:
+            self._pending += view
+        else:
+            self.drain()
+            self._raw.write(data)
         return n
+
+    def drain(self) -> None:
+        """Write the gathered small pieces to the wrapped stream."""
+        if self._pending:
+            self._raw.write(self._pending)
+            self._pending = bytearray()
 
     def tell(self) -> int:
         """Bytes written so far."""
@@ -63,9 +83,14 @@ class ChecksummingSink:
         return False
 
     def flush(self) -> None:
-        """Flush the wrapped stream."""
+        """Write what is gathered and flush the wrapped stream."""
+        self.drain()
         self._raw.flush()
 
     def close(self) -> None:
-        """Mark closed; the owner closes the wrapped stream (it decides commit or discard)."""
+        """Write what is gathered and mark closed.
+
+        The owner closes the wrapped stream (it decides commit or discard).
+        """
+        self.drain()
         self.closed = True

@@ -1,27 +1,36 @@
 """The in-memory sort buffer of a writer: rows grouped by subpartition, bounded in bytes.
 
 Each incoming batch is stably sorted by subpartition once, on arrival, and its
-per-subpartition row counts are kept. A large batch is cut into one row range per thread and
-the ranges are sorted at once (Arrow's counting sort and ``take`` release the GIL); each range
-is buffered as a batch of its own. Emitting a region then walks subpartitions in order and
-gathers zero-copy slices of the buffered batches: no second copy of the buffer is ever made,
-which keeps peak memory at the buffer plus one output batch.
+per-subpartition row counts are kept: one counting sort of its ids and one ``take`` of its
+rows. Sorting runs on the kernel thread pool while the caller goes on (with the next batch,
+or its own work such as assigning subpartitions), so that on several cores the writer sorts
+several batches at once; each batch stays whole. Emitting a region then walks subpartitions
+in order and gathers zero-copy slices of the buffered batches; :func:`combine_ahead` copies
+them into output batches, the next one on the pool while the writer writes the current one.
+No second copy of the buffer is ever made: peak memory is the buffer plus two output batches.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections import deque
+from collections.abc import Iterable, Iterator
+from concurrent.futures import Future, wait
 from dataclasses import dataclass, field
+from typing import Union
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from arrowshuffle.format.arrow_types import take_batch
-from arrowshuffle.format.parallel import parallel_map, row_ranges
+from arrowshuffle.format.arrow_types import take_batch, takes
+from arrowshuffle.format.parallel import background_threads, submit
 
-#: The fewest rows a thread sorts: below that the hand-off costs more than it saves.
+#: The fewest rows handed to another thread: below that the hand-off costs more than it saves.
 MIN_ROWS_PER_THREAD = 8 * 1024
+
+#: A buffered batch: sorted, with its row count per subpartition, or being sorted.
+_Sorted = tuple[pa.RecordBatch, np.ndarray]
+_Part = Union[_Sorted, "Future[_Sorted]"]
 
 
 @dataclass
@@ -29,76 +38,94 @@ class SortBuffer:
     """Batches sorted by subpartition, waiting to be written as one region."""
 
     num_subpartitions: int
-    batches: list[pa.RecordBatch] = field(default_factory=list)
-    counts: list[np.ndarray] = field(default_factory=list)
+    parts: list[_Part] = field(default_factory=list)
     nbytes: int = 0
     rows: int = 0
+    _running: deque[Future[_Sorted]] = field(default_factory=deque)
 
     def add(self, batch: pa.RecordBatch, subpartitions: np.ndarray) -> None:
         """Add a batch whose row ``i`` belongs to subpartition ``subpartitions[i]``.
 
-        ``subpartitions`` is an integer array with values in ``[0, num_subpartitions)``.
+        ``subpartitions`` is an integer array with values in ``[0, num_subpartitions)``. The
+        batch may be sorted after this returns, on a pool thread, when one is idle; the ids are
+        copied first, so the caller may reuse its array.
         """
         rows = batch.num_rows
         if rows == 0:
             return
         ids = _narrow(subpartitions, self.num_subpartitions)
-        ranges = row_ranges(rows, MIN_ROWS_PER_THREAD)
-        sorted_parts = parallel_map(lambda r: self._sort(batch, ids, r[0], r[1]), ranges)
-        for part, counts in sorted_parts:
-            self.batches.append(part)
-            self.counts.append(counts)
-            self.nbytes += part.nbytes
+        self.nbytes += batch.nbytes
         self.rows += rows
-
-    def _sort(
-        self, batch: pa.RecordBatch, ids: np.ndarray, start: int, stop: int
-    ) -> tuple[pa.RecordBatch, np.ndarray]:
-        """Rows ``start:stop`` of ``batch`` stably sorted by subpartition, and their counts."""
-        if start or stop != batch.num_rows:
-            batch = batch.slice(start, stop - start)
-        part = ids[start:stop]
-        counts = np.bincount(part, minlength=self.num_subpartitions)
-        if not np.all(part[1:] >= part[:-1]):
-            # Arrow's stable sort of a narrow integer range is a counting sort.
-            order = pc.array_sort_indices(pa.array(part))
-            # take_batch is batch.take, plus the view and run-end encoded columns it lacks.
-            batch = take_batch(batch, order)
-        return batch, counts
+        while self._running and self._running[0].done():
+            self._running.popleft()
+        future = None
+        if rows >= MIN_ROWS_PER_THREAD and len(self._running) < background_threads():
+            n = self.num_subpartitions
+            future = submit(lambda: _sort(batch, ids, n))
+        if future is None:
+            self.parts.append(_sort(batch, ids, self.num_subpartitions))
+        else:
+            self._running.append(future)
+            self.parts.append(future)
 
     def __bool__(self) -> bool:
-        return bool(self.batches)
+        return bool(self.parts)
 
     def chunks(self) -> Iterator[tuple[int, list[pa.RecordBatch]]]:
         """Yield ``(subpartition, slices)`` for every subpartition in order, then empty it.
 
         Slices are zero-copy views of the buffered batches in arrival order; a subpartition
         with no rows yields an empty list.
+
+        Raises:
+            Exception: what sorting a buffered batch raised.
         """
-        if not self.batches:
+        if not self.parts:
             return
-        counts = np.stack(self.counts)  # (batches, subpartitions)
+        try:
+            done = [p.result() if isinstance(p, Future) else p for p in self.parts]
+        except BaseException:
+            self.clear()
+            raise
+        batches = [batch for batch, _ in done]
+        counts = np.stack([c for _, c in done])  # (batches, subpartitions)
         starts = np.cumsum(counts, axis=1) - counts
-        batches = self.batches
         for s in range(self.num_subpartitions):
             present = np.flatnonzero(counts[:, s])
             yield s, [batches[k].slice(int(starts[k, s]), int(counts[k, s])) for k in present]
         self.clear()
 
     def clear(self) -> None:
-        """Drop every buffered batch."""
-        self.batches = []
-        self.counts = []
+        """Drop every buffered batch (after the sorts still running have finished)."""
+        wait(self._running)  # no sort outlives the buffer, also when one failed
+        self._running.clear()
+        self.parts = []
         self.nbytes = 0
         self.rows = 0
 
 
-def rebatch(slices: list[pa.RecordBatch], max_rows: int) -> Iterator[pa.RecordBatch]:
-    """Regroup consecutive slices into batches of at most ``max_rows`` rows, in order.
+def _sort(batch: pa.RecordBatch, ids: np.ndarray, num_subpartitions: int) -> _Sorted:
+    """``batch`` stably sorted by ``ids``, and its row count per subpartition."""
+    counts = np.bincount(ids, minlength=num_subpartitions)
+    if not np.all(ids[1:] >= ids[:-1]):
+        # Arrow's stable sort of a narrow integer range is a counting sort.
+        order = pc.array_sort_indices(pa.array(ids))
+        if all(takes(t) for t in batch.schema.types):
+            # The order is a permutation of the rows: there are no bounds to check.
+            batch = pc.take(batch, order, boundscheck=False)
+        else:
+            # take_batch adds the view and run-end encoded columns take lacks.
+            batch = take_batch(batch, order)
+    return batch, counts
 
-    Small slices are concatenated so that batches are large enough to compress well; a slice
-    larger than ``max_rows`` is cut. Only the rows of one output batch are copied at a time.
+
+def batch_groups(slices: list[pa.RecordBatch], max_rows: int) -> list[list[pa.RecordBatch]]:
+    """Group consecutive slices into the pieces of output batches of at most ``max_rows`` rows.
+
+    Small slices share a batch, so that batches are large enough to compress well; a slice
+    larger than ``max_rows`` is cut. Nothing is copied: see :func:`combine_ahead`.
     """
+    groups: list[list[pa.RecordBatch]] = []
     pending: list[pa.RecordBatch] = []
     pending_rows = 0
     for piece in slices:
@@ -109,10 +136,43 @@ def rebatch(slices: list[pa.RecordBatch], max_rows: int) -> Iterator[pa.RecordBa
             pending_rows += take
             offset += take
             if pending_rows == max_rows:
-                yield _combine(pending)
+                groups.append(pending)
                 pending, pending_rows = [], 0
     if pending:
-        yield _combine(pending)
+        groups.append(pending)
+    return groups
+
+
+def combine_ahead(groups: Iterable[list[pa.RecordBatch]]) -> Iterator[pa.RecordBatch]:
+    """One batch per group, in order; the next group is copied on the pool meanwhile.
+
+    The caller writes one batch while the next is being put together, so copying and writing
+    overlap on two cores. At most two output batches exist at a time.
+    """
+    ahead: pa.RecordBatch | Future[pa.RecordBatch] | None = None
+    for group in groups:
+        started = _start(group)
+        if ahead is not None:
+            yield ahead.result() if isinstance(ahead, Future) else ahead
+        ahead = started
+    if ahead is not None:
+        yield ahead.result() if isinstance(ahead, Future) else ahead
+
+
+def rebatch(slices: list[pa.RecordBatch], max_rows: int) -> Iterator[pa.RecordBatch]:
+    """Regroup consecutive slices into batches of at most ``max_rows`` rows, in order.
+
+    Small slices are concatenated so that batches are large enough to compress well; a slice
+    larger than ``max_rows`` is cut.
+    """
+    return combine_ahead(batch_groups(slices, max_rows))
+
+
+def _start(group: list[pa.RecordBatch]) -> pa.RecordBatch | Future[pa.RecordBatch]:
+    if len(group) == 1:
+        return group[0]
+    future = submit(lambda: _combine(group))
+    return _combine(group) if future is None else future
 
 
 def _combine(pieces: list[pa.RecordBatch]) -> pa.RecordBatch:
@@ -120,9 +180,13 @@ def _combine(pieces: list[pa.RecordBatch]) -> pa.RecordBatch:
 
 
 def _narrow(ids: np.ndarray, num_subpartitions: int) -> np.ndarray:
-    """Ids in the smallest unsigned type that holds them: sorting and counting read less."""
+    """A copy of the ids in the smallest unsigned type that holds them.
+
+    Sorting and counting narrow ids read less; the copy leaves the caller free to reuse its
+    array while the batch is sorted on another thread.
+    """
     if num_subpartitions <= 1 << 8:
-        return ids.astype(np.uint8, copy=False)
+        return ids.astype(np.uint8)
     if num_subpartitions <= 1 << 16:
-        return ids.astype(np.uint16, copy=False)
-    return ids.astype(np.int64, copy=False)
+        return ids.astype(np.uint16)
+    return ids.astype(np.int64)

@@ -10,9 +10,9 @@ Writer options:
     ``path``, ``num_subpartitions`` (required), ``partition_by`` (``"k1,k2"``), ``partitioner``
     (default ``hash`` when ``partition_by`` is given), ``partitioner_options`` (JSON object of
     extra partitioner arguments), ``memory`` (``"256MiB"``; default: the process-wide pool),
-    ``compression`` (``none``/``lz4``/``zstd``), ``max_batch_rows``, ``subpartition_column``
-    (a column that already holds each row's subpartition; it is not stored),
-    ``storage_options``, ``save_mode``.
+    ``compression`` (``zstd``, the default, ``lz4`` or ``none``), ``max_batch_rows``,
+    ``subpartition_column`` (a column that already holds each row's subpartition; it is not
+    stored), ``storage_options``, ``save_mode``.
 
     Spark passes a Python data source only whether it overwrites, and accepts only its
     ``append`` and ``overwrite`` modes: ``save_mode`` (``error`` or ``ignore``; ``overwrite``
@@ -69,7 +69,11 @@ from arrowshuffle.readers.balance import (
 )
 from arrowshuffle.readers.integrity import Verify
 from arrowshuffle.writers.dataset_writer import SAVE_MODES, normalize_mode
-from arrowshuffle.writers.file_writer import DEFAULT_MAX_BATCH_ROWS, normalize_compression
+from arrowshuffle.writers.file_writer import (
+    DEFAULT_COMPRESSION,
+    DEFAULT_MAX_BATCH_ROWS,
+    normalize_compression,
+)
 
 #: The name of the data source: ``spark.read.format(FORMAT_NAME)``.
 FORMAT_NAME = "arrowshuffle"
@@ -127,7 +131,7 @@ class WriteOptions:
     partitioner: str | None = None
     partitioner_options: dict[str, Any] = field(default_factory=dict)
     memory: int | None = None
-    compression: str = "none"
+    compression: str = DEFAULT_COMPRESSION
     max_batch_rows: int = DEFAULT_MAX_BATCH_ROWS
     subpartition_column: str | None = None
     storage_options: dict[str, Any] = field(default_factory=dict)
@@ -389,7 +393,7 @@ def parse_write_options(options: Mapping[str, str]) -> WriteOptions:
             else {}
         ),
         memory=memory,
-        compression=normalize_compression(opts.get("compression")),
+        compression=normalize_compression(opts.get("compression", DEFAULT_COMPRESSION)),
         max_batch_rows=(
             parse_int(opts["max_batch_rows"], "max_batch_rows", minimum=1)
             if "max_batch_rows" in opts
