@@ -57,6 +57,7 @@ BENCHMARKS = (
     "wide",
     "commits",
     "compression",
+    "cogroup",
 )
 SIZES = ("small", "medium", "large")
 #: Repeats per size when --repeats is not given.
@@ -89,6 +90,7 @@ SIZE_FLAGS: dict[str, dict[str, list[str]]] = {
         "wide": ["--quick"],
         "commits": ["--seconds", "15", "--request-rows", "50000"],
         "compression": ["--rows", "300000", "--s3-rows", "50000"],
+        "cogroup": ["--lines", "1000000", "--orders", "250000", "--subpartitions", "64"],
     },
     "medium": {
         "format": ["--rows", "2000000", "--subpartitions", "64", "--memory", "64MiB"],
@@ -101,6 +103,7 @@ SIZE_FLAGS: dict[str, dict[str, list[str]]] = {
         "wide": ["--files", "256", "--subpartitions", "500", "--local-files", "16,64,256"],
         "commits": ["--seconds", "30", "--runs", "2"],
         "compression": ["--rows", "1000000", "--s3-rows", "100000"],
+        "cogroup": ["--lines", "2000000", "--orders", "500000", "--subpartitions", "64"],
     },
     "large": {
         "format": ["--rows", "10000000", "--subpartitions", "256", "--memory", "256MiB"],
@@ -117,6 +120,7 @@ SIZE_FLAGS: dict[str, dict[str, list[str]]] = {
         "wide": [],  # M = N = 1,000
         "commits": ["--seconds", "90", "--runs", "3"],
         "compression": ["--rows", "6000000", "--s3-rows", "500000"],
+        "cogroup": ["--lines", "6000000", "--orders", "1500000", "--subpartitions", "64"],
     },
 }  # fmt: skip
 
@@ -439,6 +443,13 @@ NOTES = """## What each benchmark measures
   of the same rows, a local read of one subpartition (time, against the uncompressed file in the
   JSON), and on moto's S3 server the requests and response bytes of opening the file and reading
   one subpartition (moto's speed says nothing about S3's, so there is no time).
+* `cogroup` (`benchmarks/bench_cogroup.py`): TPC-H-shaped lineitem (16 columns, a third of the
+  lines on one order key) and orders, each stored hash-partitioned by order key (64
+  subpartitions) and as Parquet; a join + aggregate needing 4 of lineitem's columns, run by
+  Spark `local[2]` on Parquet (its own shuffles), Spark on the arrowshuffle source (shuffled
+  again), `arrowshuffle.spark.map_cogroups` (no Exchange: checked), polars' one big join on
+  Parquet, `arrowshuffle.polars.cogroup`, and DuckDB on Parquet; every result checked equal to
+  DuckDB's. Also the slowest co-grouped task over the mean, with and without a skew split.
 
 Rerun one benchmark larger with its own flags, e.g. `python -m benchmarks.bench_reads --help`, or
 all of them with `python -m benchmarks --size medium` (near the scripts' defaults) or `--size large`

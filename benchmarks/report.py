@@ -569,6 +569,49 @@ def compression_figures(doc: dict[str, Any]) -> Iterator[Figure]:
         )
 
 
+def cogroup_figures(doc: dict[str, Any]) -> Iterator[Figure]:
+    """bench_cogroup: co-grouped join + aggregate against engines that shuffle or join whole."""
+    config, runs = doc["config"], doc["runs"]
+    what = (
+        f"join + aggregate, {config['lines']:,} lines x {config['orders']:,} orders, "
+        f"{config['subpartitions']} subpartitions, a third of the lines on one key"
+    )
+    labels = {
+        "spark cogroup": "arrowshuffle.spark.map_cogroups (no Exchange)",
+        "spark source": "Spark on the arrowshuffle source (shuffled again)",
+        "spark parquet": "Spark on Parquet (its own exchange)",
+        "polars cogroup": "arrowshuffle.polars.cogroup",
+        "polars parquet": "polars, one join of the Parquet files",
+        "duckdb parquet": "DuckDB on the Parquet files",
+    }
+    for ours, peer in (
+        ("spark cogroup", "spark parquet"),
+        ("spark source", "spark parquet"),
+        ("polars cogroup", "polars parquet"),
+        ("polars cogroup", "duckdb parquet"),
+    ):
+        if ours in runs and peer in runs:
+            yield Figure(
+                "cogroup",
+                what,
+                "s",
+                labels[ours],
+                Stat.of(runs[ours]),
+                labels[peer],
+                Stat.of(runs[peer]),
+            )
+    balance = doc["balance"]
+    yield Figure(
+        "cogroup",
+        "slowest co-grouped task's time / the mean (polars, one task at a time)",
+        "x",
+        f"split the hot key's group over files ({balance['split']['tasks']} tasks)",
+        Stat(float(balance["split"]["max_over_mean_s"])),
+        f"no split ({balance['no split']['tasks']} tasks)",
+        Stat(float(balance["no split"]["max_over_mean_s"])),
+    )
+
+
 EXTRACTORS: dict[str, Callable[[dict[str, Any]], Iterator[Figure]]] = {
     "format": format_figures,
     "partitioners": partitioner_figures,
@@ -580,6 +623,7 @@ EXTRACTORS: dict[str, Callable[[dict[str, Any]], Iterator[Figure]]] = {
     "wide": wide_figures,
     "commits": commits_figures,
     "compression": compression_figures,
+    "cogroup": cogroup_figures,
 }
 
 

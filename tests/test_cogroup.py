@@ -264,7 +264,7 @@ def test_a_hot_key_is_split_over_the_files_of_the_split_input(tmp_path: Path) ->
     assert sorted(files) == list(range(12))  # disjoint, and all of them
     assert all(not t.pieces or t.split for t in groups.tasks)
     biggest = lambda g: max(t.bytes for t in g.tasks)  # noqa: E731
-    assert biggest(groups) < biggest(plain) / 3
+    assert biggest(groups) < biggest(plain) / 2
     assert sort(joined(groups)).equals(sort(joined(plain)))
 
 
