@@ -110,11 +110,26 @@ class ChunkRange:
 
 @dataclass(frozen=True)
 class FetchBlock:
-    """One ranged read that covers one or more chunk ranges (merged when close together)."""
+    """One ranged read that covers one or more chunk ranges (merged when close together).
+
+    A projected read fetches only ``pieces`` (sorted, disjoint ``[start, end)`` ranges inside
+    ``[offset, end)``: the selected columns' buffers) instead of the whole block.
+    """
 
     offset: int
     end: int
     ranges: tuple[ChunkRange, ...]
+    pieces: tuple[tuple[int, int], ...] = ()
+
+    @property
+    def fetch_ranges(self) -> tuple[tuple[int, int], ...]:
+        """The ranges this block fetches: its pieces, or the whole block."""
+        return self.pieces or ((self.offset, self.end),)
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes this block fetches."""
+        return sum(end - start for start, end in self.fetch_ranges)
 
 
 def plan_run(entries: np.ndarray, broadcast: np.ndarray, run: range) -> list[ChunkRange]:

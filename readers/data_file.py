@@ -153,6 +153,5 @@ class _RangeFile(io.RawIOBase):
 def _random_access(data: ByteSource) -> pa.NativeFile:
     """A pyarrow file over the data: zero-copy for a memory map, ranged reads otherwise."""
     if isinstance(data, MappedSource):
-        (whole,) = data.read_ranges([(0, data.size)])
-        return pa.BufferReader(whole)
+        return pa.BufferReader(data.mapped)  # Arrow reads the footer only: not counted
     return pa.PythonFile(_RangeFile(data), mode="r")

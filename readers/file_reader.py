@@ -52,8 +52,17 @@ from arrowshuffle.readers.byte_ranges import (
     subpartition_runs,
 )
 from arrowshuffle.readers.data_file import check_data_coverage, check_data_file
-from arrowshuffle.readers.decode import decode_block
+from arrowshuffle.readers.decode import decode_block, decode_projected
 from arrowshuffle.readers.integrity import Verify, resolve_verify
+from arrowshuffle.readers.projection import (
+    FOOTER_GUESS,
+    FileLayout,
+    SparseFile,
+    footer_length,
+    parse_batch_metadata,
+    parse_layout,
+    selected_ranges,
+)
 from arrowshuffle.readers.proof import check_regions, check_run
 from arrowshuffle.readers.read_path import Readable, select_schema
 from arrowshuffle.readers.scheduler import ReadOptions, ReadTask, make_tasks
@@ -195,6 +204,8 @@ class ShuffleFile(Readable):
         self._data_size = self.header.data_length
         # The ends of the data file proven to meet the regions (V21): "first", "end".
         self._covered: set[str] = set()
+        # The data file's footer and its dictionary batches, once a projected read needs them.
+        self._layout: tuple[FileLayout, list[tuple[int, pa.Buffer]]] | None = None
 
     # ---------------------------------------------------------------- the index
 
@@ -626,14 +637,145 @@ class ShuffleFile(Readable):
         if not blocks:
             return []
         schema, url = self.schema, self.url
+        if select is not None and self._projects(select, check, blocks, options):
+            return self._projected_tasks(blocks, select, options)
         source = self.data_source()
         blocks = self._anchor_blocks(blocks, options)
 
-        def decode(block: FetchBlock, buffer: pa.Buffer) -> list[pa.RecordBatch]:
+        def decode(block: FetchBlock, buffers: list[pa.Buffer]) -> list[pa.RecordBatch]:
+            (buffer,) = buffers
             self._check_anchors(block, buffer)
             return decode_block(block, buffer, schema, url, columns=select, verify=check)
 
         return list(make_tasks(source, blocks, decode, options.task_bytes))
+
+    # ---------------------------------------------------------------- projected reads
+
+    def _projects(
+        self, select: list[str], verify: bool, blocks: list[FetchBlock], options: ReadOptions
+    ) -> bool:
+        """Whether a read of ``select`` fetches only those columns' buffers.
+
+        Not when it verifies checksums (a chunk's CRC32C covers all its bytes) or selects
+        every column; on object stores only when the read is large enough to be worth the
+        two extra round trips (``options.project_min_bytes``).
+        """
+        if verify or set(select) >= set(self.schema.names):
+            return False
+        if self.location.is_local:
+            return True
+        return sum(b.end - b.offset for b in blocks) >= options.project_min_bytes
+
+    def _file_layout(self) -> tuple[FileLayout, list[tuple[int, pa.Buffer]]]:
+        """The data file's footer and dictionary batches (fetched once, two requests at most)."""
+        if self._layout is None:
+            source = self.data_source()
+            size = source.size
+            # Locally the footer's length is read first, so that only the footer is touched.
+            guess = 10 if isinstance(source, MappedSource) else FOOTER_GUESS
+            (tail,) = source.read_ranges([(max(0, size - guess), size)])
+            need = footer_length(tail.to_pybytes()) + 10
+            if tail.size < need <= size:
+                (tail,) = source.read_ranges([(size - need, size)])
+            layout = parse_layout(tail.to_pybytes(), size - tail.size)
+            blocks = layout.dictionaries
+            starts = blocks["offset"].astype(np.int64)
+            ends = starts + blocks["meta_length"] + blocks["body_length"]
+            ranges = list(zip(starts.tolist(), ends.tolist(), strict=True))
+            if any(not 0 <= b <= e <= size for b, e in ranges):
+                raise FormatError(f"{self.url}: a dictionary batch lies outside the data file")
+            pieces = list(zip(starts.tolist(), source.read_ranges(ranges), strict=True))
+            self._layout = (layout, pieces)
+        return self._layout
+
+    def _projected_tasks(
+        self, blocks: list[FetchBlock], select: list[str], options: ReadOptions
+    ) -> list[ReadTask]:
+        """Tasks that fetch each batch's metadata now and the selected buffers when run."""
+        source = self.data_source()
+        mapped = isinstance(source, MappedSource)
+        if not mapped:
+            self.check_coverage()  # V21 from the file's ends: no block is widened to prove it
+        layout, dictionaries = self._file_layout()
+        schema, url = self.schema, self.url
+        names = set(select)
+        fields = [i for i, name in enumerate(schema.names) if name in names]
+        positions: dict[int, range] = {}
+        for block in blocks:
+            for chunk_range in block.ranges:
+                for chunk in chunk_range.chunks:
+                    where = f"{url}: chunk (region {chunk_range.region}, subpartition " + (
+                        f"{chunk.subpartition}) at bytes [{chunk.offset}, "
+                        f"{chunk.offset + chunk.length})"
+                    )
+                    positions[chunk.offset] = layout.chunk_batches(
+                        chunk.offset, chunk.length, chunk.batches, where
+                    )
+        wanted = sorted({i for run in positions.values() for i in run})
+        starts = layout.batches["offset"][wanted].astype(np.int64)
+        ends = starts + layout.batches["meta_length"][wanted]
+        # Locally exact ranges (the map serves any of them); remotely merged like any read.
+        gap = 0 if mapped else options.max_gap
+        spans = list(zip(starts.tolist(), ends.tolist(), strict=True))
+        metadata = dict(zip(wanted, _read_merged(source, spans, gap, options), strict=True))
+        pieces_of: dict[int, list[tuple[int, int]]] = {}
+        for i in wanted:
+            batch = parse_batch_metadata(metadata[i].to_pybytes())
+            pieces_of[i] = selected_ranges(layout.batches[i], batch, schema, fields)
+        projected = []
+        for block in blocks:
+            ranges = [
+                piece
+                for chunk_range in block.ranges
+                for chunk in chunk_range.chunks
+                for i in positions[chunk.offset]
+                for piece in pieces_of[i]
+            ]
+            merged = merge_ranges(ranges, max_gap=gap, max_block=options.max_block)
+            pieces = tuple((m.begin, m.end) for m in merged) or ((block.offset, block.offset),)
+            projected.append(FetchBlock(block.offset, block.end, block.ranges, pieces))
+        read_options = pa.ipc.IpcReadOptions(included_fields=fields)
+        if isinstance(source, MappedSource):
+            # Arrow reads each batch's metadata and the selected buffers from the map,
+            # zero-copy: the bytes the plan counted.
+            reader = pa.ipc.open_file(pa.BufferReader(source.mapped), options=read_options)
+
+            def decode(block: FetchBlock, buffers: list[pa.Buffer]) -> list[pa.RecordBatch]:
+                return decode_projected(block, reader, positions, select, url)
+
+        else:
+            size = source.size
+            known = [
+                (layout.tail_offset, layout.tail),
+                *dictionaries,
+                *((int(layout.batches["offset"][i]), m) for i, m in metadata.items()),
+            ]
+
+            def fetch(start: int, end: int) -> bytes:
+                (data,) = source.read_ranges([(start, end)])
+                return bytes(data.to_pybytes())
+
+            def decode(block: FetchBlock, buffers: list[pa.Buffer]) -> list[pa.RecordBatch]:
+                fetched = [start for start, _ in block.fetch_ranges]
+                sparse = SparseFile(size, [*known, *zip(fetched, buffers, strict=True)], fetch)
+                reader = pa.ipc.open_file(pa.PythonFile(sparse, mode="r"), options=read_options)
+                return decode_projected(block, reader, positions, select, url)
+
+        return list(make_tasks(source, projected, decode, options.task_bytes))
+
+    @property
+    def data_bytes_read(self) -> int:
+        """Bytes of the data file that reads fetched (remote) or mapped to touch (local).
+
+        Locally this counts the byte ranges reads planned and sliced from the memory map
+        (the operating system pages in no more than that, give or take a page).
+        """
+        source = self._data_source
+        if isinstance(source, MappedSource):
+            return source.bytes_read
+        if isinstance(source, RemoteSource):
+            return source.stats().bytes_read
+        return 0
 
     def check_coverage(self) -> None:
         """Prove that the regions cover every record batch of the data file (rule V21).
@@ -761,6 +903,20 @@ class ShuffleFile(Readable):
             f"ShuffleFile({self.url!r}, regions={self.num_regions}, "
             f"subpartitions={self.num_subpartitions}, rows={self.num_rows})"
         )
+
+
+def _read_merged(
+    source: ByteSource, ranges: list[tuple[int, int]], gap: int, options: ReadOptions
+) -> list[pa.Buffer]:
+    """The bytes of each range, fetched as merged ranges (one request each), then sliced."""
+    merged = merge_ranges(ranges, max_gap=gap, max_block=options.max_block)
+    buffers = source.read_ranges([(m.begin, m.end) for m in merged])
+    out: list[pa.Buffer | None] = [None] * len(ranges)
+    for m, buffer in zip(merged, buffers, strict=True):
+        for i in m.members:
+            begin, end = ranges[i]
+            out[i] = buffer.slice(begin - m.begin, end - begin)
+    return [b for b in out if b is not None]
 
 
 def _raise_first(violations: Sequence[Violation | None], where: str | None = None) -> None:
