@@ -56,6 +56,7 @@ from arrowshuffle.readers.decode import decode_block, decode_projected
 from arrowshuffle.readers.integrity import Verify, resolve_verify
 from arrowshuffle.readers.projection import (
     FOOTER_GUESS,
+    BufferPicker,
     FileLayout,
     SparseFile,
     footer_length,
@@ -657,13 +658,16 @@ class ShuffleFile(Readable):
         """Whether a read of ``select`` fetches only those columns' buffers.
 
         Not when it verifies checksums (a chunk's CRC32C covers all its bytes) or selects
-        every column; on object stores only when the read is large enough to be worth the
-        two extra round trips (``options.project_min_bytes``).
+        every column. Locally only for compressed bodies, where it spares decompressing the
+        other columns: an uncompressed memory-mapped read is zero-copy, so the other columns'
+        pages are never touched anyway, and planning per batch would only add time. On object
+        stores only when the read is large enough to be worth the two extra round trips
+        (``options.project_min_bytes``).
         """
         if verify or set(select) >= set(self.schema.names):
             return False
         if self.location.is_local:
-            return True
+            return self.compression != "none"
         return sum(b.end - b.offset for b in blocks) >= options.project_min_bytes
 
     def _file_layout(self) -> tuple[FileLayout, list[tuple[int, pa.Buffer]]]:
@@ -719,9 +723,10 @@ class ShuffleFile(Readable):
         spans = list(zip(starts.tolist(), ends.tolist(), strict=True))
         metadata = dict(zip(wanted, _read_merged(source, spans, gap, options), strict=True))
         pieces_of: dict[int, list[tuple[int, int]]] = {}
+        picker = BufferPicker(schema, fields)
         for i in wanted:
             batch = parse_batch_metadata(metadata[i].to_pybytes())
-            pieces_of[i] = selected_ranges(layout.batches[i], batch, schema, fields)
+            pieces_of[i] = selected_ranges(layout.batches[i], batch, picker)
         projected = []
         for block in blocks:
             ranges = [

@@ -250,8 +250,33 @@ def field_buffer_spans(schema: pa.Schema, variadic: Sequence[int]) -> list[range
     return spans if next(counts, None) is None else None
 
 
+class BufferPicker:
+    """Which body buffers of a record batch hold the selected top-level fields.
+
+    The answer depends only on the schema, the fields and the batch's variadic buffer counts
+    (view-type columns), so it is computed once per distinct count.
+    """
+
+    def __init__(self, schema: pa.Schema, fields: Sequence[int]) -> None:
+        self._schema = schema
+        self._fields = list(fields)
+        self._known: dict[tuple[int, ...], tuple[np.ndarray, int] | None] = {}
+
+    def __call__(self, variadic: tuple[int, ...]) -> tuple[np.ndarray, int] | None:
+        """The selected buffers' positions and the batch's buffer count (None: unknown)."""
+        if variadic not in self._known:
+            spans = field_buffer_spans(self._schema, variadic)
+            if spans is None:
+                self._known[variadic] = None
+            else:
+                picked = [np.arange(spans[f].start, spans[f].stop) for f in self._fields]
+                total = spans[-1].stop if spans else 0
+                self._known[variadic] = (np.concatenate([np.zeros(0, np.int64), *picked]), total)
+        return self._known[variadic]
+
+
 def selected_ranges(
-    block: np.void, batch: BatchBuffers, schema: pa.Schema, fields: Sequence[int]
+    block: np.void, batch: BatchBuffers, picker: BufferPicker
 ) -> list[tuple[int, int]]:
     """The file byte ranges of the selected fields' body buffers of one record batch.
 
@@ -263,8 +288,8 @@ def selected_ranges(
     """
     body = int(block["offset"]) + int(block["meta_length"])
     body_length = int(block["body_length"])
-    spans = field_buffer_spans(schema, batch.variadic)
-    if spans is None or spans[-1].stop != len(batch.buffers):
+    known = picker(batch.variadic)
+    if known is None or known[1] != len(batch.buffers):
         return [(body, body + body_length)] if body_length else []
     offsets, lengths = batch.buffers[:, 0], batch.buffers[:, 1]
     if bool(((offsets < 0) | (lengths < 0) | (offsets + lengths > body_length)).any()):
@@ -272,7 +297,7 @@ def selected_ranges(
             f"expected the body buffers of the record batch at byte {int(block['offset'])} "
             f"inside its {body_length} body bytes, found one outside"
         )
-    picked = np.concatenate([np.arange(spans[f].start, spans[f].stop) for f in fields])
+    picked = known[0]
     picked = picked[lengths[picked] > 0]
     starts = body + offsets[picked]
     return list(zip(starts.tolist(), (starts + lengths[picked]).tolist(), strict=True))

@@ -116,9 +116,12 @@ def _sixteen(rows: int) -> pa.Table:
     return pa.table({f"c{i}": pa.array(rng.integers(0, 2**60, rows)) for i in range(16)})
 
 
-def test_four_of_sixteen_columns_touch_a_third_of_the_bytes_locally(tmp_path: Path) -> None:
+@pytest.mark.parametrize("compression", ["lz4", "zstd"])
+def test_four_of_sixteen_columns_touch_a_third_of_the_bytes_locally(
+    tmp_path: Path, compression: str
+) -> None:
     path = tmp_path / "wide.arrow"
-    _write(path, _sixteen(20_000), compression="none")
+    _write(path, _sixteen(20_000), compression=compression)
     whole = ash.open_file(path)
     full = whole.read(2)
     part = ash.open_file(path)
@@ -134,7 +137,7 @@ def test_four_of_sixteen_columns_touch_a_third_of_the_bytes_locally(tmp_path: Pa
 
 def test_a_verified_read_fetches_whole_chunks(tmp_path: Path) -> None:
     path = tmp_path / "wide.arrow"
-    _write(path, _sixteen(5000), compression="none")
+    _write(path, _sixteen(5000))
     whole = ash.open_file(path)
     whole.read(1, verify=True)
     part = ash.open_file(path)
@@ -155,9 +158,20 @@ def test_broadcast_chunks_are_projected_and_repeated(tmp_path: Path) -> None:
     assert projected.equals(full.select(["mp", "sv"]))
 
 
+def test_an_uncompressed_local_read_is_not_projected(tmp_path: Path) -> None:
+    # Zero-copy already leaves the other columns untouched: whole chunks are planned.
+    path = tmp_path / "plain.arrow"
+    _write(path, _sixteen(5000), compression="none")
+    whole = ash.open_file(path)
+    full = whole.read(1)
+    part = ash.open_file(path)
+    assert part.read(1, columns=["c4"]).equals(full.select(["c4"]))
+    assert part.data_bytes_read == whole.data_bytes_read
+
+
 def test_a_footer_that_does_not_tile_a_chunk_is_refused(tmp_path: Path) -> None:
     path = tmp_path / "t.arrow"
-    _write(path, _sixteen(4000), compression="none")
+    _write(path, _sixteen(4000))
     data = bytearray(path.read_bytes())
     layout = parse_layout(bytes(data), 0)
     # Move the second batch's block by 8 bytes in the footer: the batches no longer tile.
