@@ -272,8 +272,12 @@ def _write_file(
             start += batch.num_rows
 
 
-def _write_plain(path: Path, table: pa.Table) -> None:
-    with pa.OSFile(str(path), "wb") as sink, pa.ipc.new_file(sink, table.schema) as writer:
+def _write_plain(path: Path, table: pa.Table, compression: str = "none") -> None:
+    options = pa.ipc.IpcWriteOptions(compression=None if compression == "none" else compression)
+    with (
+        pa.OSFile(str(path), "wb") as sink,
+        pa.ipc.new_file(sink, table.schema, options=options) as writer,
+    ):
         for batch in table.to_batches(max_chunksize=65536):
             writer.write_batch(batch)
 
@@ -296,14 +300,14 @@ def measure_small_reads(root: Path, args: argparse.Namespace) -> dict[str, Any]:
     table = next(generate(rows, 1, n, args.seed)).drop_columns(["sp"])
     ids = rng.integers(0, n, rows).astype(np.int32)
     path = root / "small.arrow"
-    _write_file(path, table, ids, n, args.small_region_bytes)
+    _write_file(path, table, ids, n, args.small_region_bytes, args.small_compression)
     s = n // 2
     wanted = {1: range(s, s + 1), 4: range(s, s + 4)}
     alone: dict[int, Path] = {}
     for count, run in wanted.items():
         mask = (ids >= run.start) & (ids < run.stop)
         alone[count] = root / f"alone-{count}.arrow"
-        _write_plain(alone[count], table.filter(pa.array(mask)))
+        _write_plain(alone[count], table.filter(pa.array(mask)), args.small_compression)
         expect = int(mask.sum())
         if ash_rows(path, run) != expect or _read_plain(alone[count]) != expect:
             raise SystemExit(f"small reads disagree on subpartitions {run}")
@@ -331,6 +335,7 @@ def measure_small_reads(root: Path, args: argparse.Namespace) -> dict[str, Any]:
     return {
         "rows": rows,
         "subpartitions": n,
+        "compression": args.small_compression,
         "regions": opened.num_regions,
         "rows_per_subpartition": rows / n,
         "methods": timings,
@@ -634,7 +639,7 @@ def print_tables(result: dict[str, Any]) -> None:
     if small:
         print(
             f"\nSmall reads: {small['rows']:,} rows, {small['subpartitions']} subpartitions, "
-            f"{small['regions']} regions"
+            f"{small['regions']} regions, {small['compression']}"
         )
         for name, m in small["methods"].items():
             print(f"{name:40} {m['median_s'] * 1000:8.3f} ms (min {m['min_s'] * 1000:.3f})")
@@ -703,6 +708,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--small-subpartitions", type=int, default=64)
     parser.add_argument("--small-region-bytes", type=int, default=64 << 20)
     parser.add_argument("--small-calls", type=int, default=20, help="calls per timing sample")
+    parser.add_argument("--small-compression", default="lz4", choices=("none", "lz4", "zstd"))
     parser.add_argument("--projection-rows", type=int, default=1_000_000)
     parser.add_argument("--skip-small", action="store_true", help="skip small reads and projection")
     parser.add_argument(

@@ -36,7 +36,10 @@ def subpartition_runs(subpartitions: Subpartitions, num_subpartitions: int) -> l
     if isinstance(subpartitions, bool):
         raise InvalidOptionError(f"subpartitions must be integers, found {subpartitions!r}")
     if isinstance(subpartitions, (int, np.integer)):
-        ids = np.array([int(subpartitions)], dtype=np.int64)
+        value = int(subpartitions)
+        if 0 <= value < num_subpartitions:
+            return [range(value, value + 1)]  # the common one-subpartition read, without numpy
+        ids = np.array([value], dtype=np.int64)
     elif isinstance(subpartitions, range) and subpartitions.step == 1:
         if len(subpartitions) == 0:
             return []

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import os
+import threading
+from collections import OrderedDict
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -97,6 +99,60 @@ FIRST_FETCH_LIMIT = 4 * 1024 * 1024
 PROVE_WHOLE_ENTRIES = 1 << 16
 #: The rules of a listing (a manifest) that an index can contradict.
 _LISTING_RULES = frozenset({"M4", "M7"})
+#: How many local indexes' proofs the process keeps (least recently opened dropped first)...
+PROOF_CACHE_FILES = 256
+#: ... for indexes of at most this many bytes (each proof keeps a copy of its index).
+PROOF_CACHE_MAX_INDEX = 1 << 20
+
+
+@dataclass
+class _Proof:
+    """What opening one local index established, tied to the exact bytes it was proven on.
+
+    Every later open of the same path whose index bytes are identical (compared byte for byte
+    with the private copy kept here) reuses the decoded header and metadata, the entries and
+    the runs proven so far, instead of decoding and proving again. The data file's checks
+    (V13-V15, V21) are reused when its first bytes, footer and size are identical too.
+    """
+
+    index: pa.Buffer
+    header: IndexHeader
+    meta: IndexMeta
+    crc32c: int
+    entries: dict[int, np.ndarray] = field(default_factory=dict)
+    proven: list[range] = field(default_factory=list)
+    whole: np.ndarray | None = None
+    holds_bytes: np.ndarray | None = None
+    #: The data file's bytes that passed V13-V15 and V21 (its head, footer and length).
+    data_key: bytes | None = None
+
+
+_PROOFS: OrderedDict[str, _Proof] = OrderedDict()
+_PROOFS_LOCK = threading.Lock()
+
+
+def _cached_proof(path: str, index: pa.Buffer) -> _Proof | None:
+    """The proof of ``path``'s index if it was made on exactly these bytes."""
+    with _PROOFS_LOCK:
+        proof = _PROOFS.get(path)
+        if proof is None:
+            return None
+        _PROOFS.move_to_end(path)
+    return proof if proof.index.equals(index) else None
+
+
+def _remember_proof(path: str, proof: _Proof) -> None:
+    with _PROOFS_LOCK:
+        _PROOFS[path] = proof
+        _PROOFS.move_to_end(path)
+        while len(_PROOFS) > PROOF_CACHE_FILES:
+            _PROOFS.popitem(last=False)
+
+
+def clear_proof_cache() -> None:
+    """Forget every cached index proof (the next open of each file proves it again)."""
+    with _PROOFS_LOCK:
+        _PROOFS.clear()
 
 
 @dataclass(frozen=True)
@@ -192,8 +248,12 @@ class ShuffleFile(Readable):
         #: The whole-index CRC32C of the trailer, when the open holds the whole index (always
         #: locally; remotely when it came with the first request): a manifest lists it (M5).
         self.index_crc32c: int | None = None
+        # A local index's proof, shared with later opens of the same bytes.
+        self._proof: _Proof | None = None
         self._open_index_checked(index_size, want, shape)
-        check_regions(self.meta.regions, self.header.data_length, self.url)
+        if self._proof is None:
+            check_regions(self.meta.regions, self.header.data_length, self.url)
+            self._remember_mapped_proof()
         if data_size is not None:
             _raise_first(
                 check_file_counts(
@@ -286,12 +346,39 @@ class ShuffleFile(Readable):
         at memory speed) run now; each subpartition's entry block is checked (step 8) when a
         read first needs it, so that opening costs the same whatever the subpartition count.
         """
+        proof = _cached_proof(self.index_location.path, data)
+        if proof is not None:
+            # The very bytes proven before: the same header, metadata, entries and proofs.
+            self.header, self.meta, self.index_crc32c = proof.header, proof.meta, proof.crc32c
+            self._entries, self._proven = proof.entries, proof.proven
+            self._whole, self._holds_bytes = proof.whole, proof.holds_bytes
+            self._index_bytes = data
+            self._proof = proof
+            return
         view = memoryview(data)
         self.header = decode_header(view, object_size=data.size)
         self.meta = decode_meta(self.header, view[: self.header.sections.entries_offset])
         check_trailer(self.header, view)
         self.index_crc32c = index_checksum(view)
         self._index_bytes = data
+
+    def _remember_mapped_proof(self) -> None:
+        """Share this local index's proof with later opens of the same bytes (see _Proof)."""
+        data = self._index_bytes
+        if not self.location.is_local or self.index_crc32c is None:
+            return
+        if data.size > PROOF_CACHE_MAX_INDEX:
+            return
+        proof = _Proof(
+            pa.py_buffer(data.to_pybytes()),  # a copy: the file may change under the map
+            self.header,
+            self.meta,
+            self.index_crc32c,
+            self._entries,
+            self._proven,
+        )
+        self._proof = proof
+        _remember_proof(self.index_location.path, proof)
 
     def _first_fetch(
         self, size: int, want: Subpartitions | None, shape: IndexShape | None
@@ -520,6 +607,8 @@ class ShuffleFile(Readable):
             whole = self._prove(range(n))
             self._holds_bytes = np.asarray((whole["length"] > 0).any(axis=1))
             self._whole = whole
+            if self._proof is not None:
+                self._proof.whole, self._proof.holds_bytes = whole, self._holds_bytes
         if self._holds_bytes is not None:
             if not any(self._holds_bytes[r.start : r.stop].any() for r in runs):
                 return []  # proven: nothing to fetch
@@ -606,8 +695,14 @@ class ShuffleFile(Readable):
         A data file beside the wrong index would otherwise be decoded with the wrong entries,
         and one whose index leaves out a region would lose that region's rows.
         """
+        proof = self._proof
+        key = _data_key(source) if proof is not None else None
+        if proof is not None and key is not None and proof.data_key == key:
+            return  # the same head, footer and length passed these rules with this index
         _, violations = check_data_file(self.header, self.schema, source, self.meta.regions)
         _raise_first(violations, self.url)
+        if proof is not None:
+            proof.data_key = key
 
     def file_tasks(
         self,
@@ -895,7 +990,7 @@ class ShuffleFile(Readable):
     def close(self) -> None:
         """Release the memory maps and cached index entries."""
         self._data_source = None
-        self._entries.clear()
+        self._entries = {}  # not cleared: a cached proof may share it
 
     def __enter__(self) -> ShuffleFile:
         return self
@@ -908,6 +1003,24 @@ class ShuffleFile(Readable):
             f"ShuffleFile({self.url!r}, regions={self.num_regions}, "
             f"subpartitions={self.num_subpartitions}, rows={self.num_rows})"
         )
+
+
+def _data_key(source: MappedSource) -> bytes | None:
+    """What rules V13-V15 and V21 read of a data file: its length, first bytes and footer.
+
+    None when the file is too short to hold them (the full check then runs and says why).
+    """
+    whole = source.mapped
+    size = whole.size
+    if size < SCHEMA_PREFIX[1] + 10:
+        return None
+    tail = whole.slice(size - 10, 10).to_pybytes()
+    length = int.from_bytes(tail[:4], "little", signed=True)
+    if not 0 < length <= size - SCHEMA_PREFIX[1] - 10:
+        return None
+    head = whole.slice(0, SCHEMA_PREFIX[1]).to_pybytes()
+    footer = whole.slice(size - 10 - length, length + 10).to_pybytes()
+    return size.to_bytes(8, "little") + head + footer
 
 
 def _read_merged(
