@@ -1018,9 +1018,9 @@ def _data_key(source: MappedSource) -> bytes | None:
     length = int.from_bytes(tail[:4], "little", signed=True)
     if not 0 < length <= size - SCHEMA_PREFIX[1] - 10:
         return None
-    head = whole.slice(0, SCHEMA_PREFIX[1]).to_pybytes()
-    footer = whole.slice(size - 10 - length, length + 10).to_pybytes()
-    return size.to_bytes(8, "little") + head + footer
+    head: bytes = whole.slice(0, SCHEMA_PREFIX[1]).to_pybytes()
+    footer: bytes = whole.slice(size - 10 - length, length + 10).to_pybytes()
+    return bytes(size.to_bytes(8, "little") + head + footer)
 
 
 def _read_merged(
