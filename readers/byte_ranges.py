@@ -132,7 +132,9 @@ class FetchBlock:
     @property
     def nbytes(self) -> int:
         """Bytes this block fetches."""
-        return sum(end - start for start, end in self.fetch_ranges)
+        if not self.pieces:
+            return self.end - self.offset
+        return sum(end - start for start, end in self.pieces)
 
 
 def plan_run(entries: np.ndarray, broadcast: np.ndarray, run: range) -> list[ChunkRange]:

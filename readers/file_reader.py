@@ -99,6 +99,8 @@ FIRST_FETCH_LIMIT = 4 * 1024 * 1024
 PROVE_WHOLE_ENTRIES = 1 << 16
 #: The rules of a listing (a manifest) that an index can contradict.
 _LISTING_RULES = frozenset({"M4", "M7"})
+#: How many runs' chunk ranges a file keeps for repeated reads.
+PLANS_KEPT = 4096
 #: How many local indexes' proofs the process keeps (least recently opened dropped first)...
 PROOF_CACHE_FILES = 256
 #: ... for indexes of at most this many bytes (each proof keeps a copy of its index).
@@ -123,6 +125,8 @@ class _Proof:
     proven: list[range] = field(default_factory=list)
     whole: np.ndarray | None = None
     holds_bytes: np.ndarray | None = None
+    #: The chunk ranges of proven runs, by ``(start, stop)`` (immutable: shared by reads).
+    plans: dict[tuple[int, int], list[ChunkRange]] = field(default_factory=dict)
     #: The data file's bytes that passed V13-V15 and V21 (its head, footer and length).
     data_key: bytes | None = None
 
@@ -238,6 +242,8 @@ class ShuffleFile(Readable):
         # that hold any chunk bytes, so that a read of empty ones costs a lookup.
         self._whole: np.ndarray | None = None
         self._holds_bytes: np.ndarray | None = None
+        # The chunk ranges of proven runs, so that a repeated read plans nothing again.
+        self._plans: dict[tuple[int, int], list[ChunkRange]] = {}
         #: How many runs were proven from their entries (what repeated reads do not redo).
         self.proofs = 0
         self._index_bytes = pa.py_buffer(b"")
@@ -352,6 +358,7 @@ class ShuffleFile(Readable):
             self.header, self.meta, self.index_crc32c = proof.header, proof.meta, proof.crc32c
             self._entries, self._proven = proof.entries, proof.proven
             self._whole, self._holds_bytes = proof.whole, proof.holds_bytes
+            self._plans = proof.plans
             self._index_bytes = data
             self._proof = proof
             return
@@ -376,6 +383,7 @@ class ShuffleFile(Readable):
             self.index_crc32c,
             self._entries,
             self._proven,
+            plans=self._plans,
         )
         self._proof = proof
         _remember_proof(self.index_location.path, proof)
@@ -619,8 +627,14 @@ class ShuffleFile(Readable):
         broadcast = (self.meta.regions["flags"] & REGION_BROADCAST) != 0
         ranges: list[ChunkRange] = []
         for run in runs:
-            entries = self._prove(run)
-            ranges.extend(plan_run(entries, broadcast, run))
+            key = (run.start, run.stop)
+            planned = self._plans.get(key)
+            if planned is None:
+                planned = plan_run(self._prove(run), broadcast, run)
+                proven = any(p.start <= run.start and run.stop <= p.stop for p in self._proven)
+                if proven and len(self._plans) < PLANS_KEPT:
+                    self._plans[key] = planned  # proven for good: reused as it is
+            ranges.extend(planned)
         if regions is not None:
             ranges = [c for c in ranges if c.region in regions]
         ranges.sort(key=lambda c: (c.offset, c.start))
@@ -991,6 +1005,7 @@ class ShuffleFile(Readable):
         """Release the memory maps and cached index entries."""
         self._data_source = None
         self._entries = {}  # not cleared: a cached proof may share it
+        self._plans = {}
 
     def __enter__(self) -> ShuffleFile:
         return self
