@@ -10,8 +10,7 @@ from collections.abc import Iterator, Mapping
 
 import pyarrow as pa
 
-from arrowshuffle.format.chunks import check_chunk_crc, decode_chunk
-from arrowshuffle.format.rule_registry import Violation
+from arrowshuffle.format.chunks import check_chunk_crc, chunk_violation, decode_chunk
 from arrowshuffle.readers.byte_ranges import Chunk, ChunkRange, FetchBlock
 
 
@@ -116,18 +115,16 @@ def decode_projected(
                 found = [reader.get_batch(i) for i in positions[chunk.offset]]
             except (pa.ArrowException, OSError, EOFError) as exc:
                 where = _where(url, chunk_range.region, chunk)
-                raise Violation(
-                    "V17",
-                    f"{where}: expected {chunk.batches} record batches of the file's schema, "
+                raise chunk_violation(
+                    where,
+                    f"expected {chunk.batches} record batches of the file's schema, "
                     f"one does not decode: {exc}",
                 ).error() from exc
             rows = sum(b.num_rows for b in found)
             if rows != chunk.rows:
                 where = _where(url, chunk_range.region, chunk)
-                raise Violation(
-                    "V17",
-                    f"{where}: expected {chunk.rows} rows in {chunk.batches} batches, "
-                    f"decoded {rows}",
+                raise chunk_violation(
+                    where, f"expected {chunk.rows} rows in {chunk.batches} batches, decoded {rows}"
                 ).error()
             batches.extend(b.select(columns) for b in found)
         out.extend(repeat(batches, chunk_range.repeat))

@@ -31,6 +31,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from arrowshuffle.format.chunks import chunk_violation
 from arrowshuffle.format.errors import CorruptFileError
 from arrowshuffle.format.ipc_file import BLOCK_DTYPE, split_file_tail
 
@@ -130,11 +131,11 @@ class FileLayout:
             or not np.array_equal(blocks["offset"][1:], ends[:-1])
             or int(ends[-1]) != offset + length
         ):
-            raise CorruptFileError(
-                f"{where}: expected {batches} record batches filling the chunk's {length} bytes "
-                "in the data file's footer, found other blocks there",
-                rule="V17",
-            )
+            raise chunk_violation(
+                where,
+                f"expected {batches} record batches filling the chunk's {length} bytes in the "
+                "data file's footer, found other blocks there",
+            ).error()
         return range(first, stop)
 
 
