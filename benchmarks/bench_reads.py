@@ -50,6 +50,7 @@ import pyarrow.parquet as pq
 import arrowshuffle.polars as asp
 from arrowshuffle.format.naming import new_file_name
 from arrowshuffle.readers.dataset import open_dataset
+from arrowshuffle.readers.file_reader import open_file
 from arrowshuffle.readers.scheduler import ReadOptions
 from arrowshuffle.readers.selection import Selection
 from arrowshuffle.writers.dataset_writer import commit_dataset, prepare_directory
@@ -229,6 +230,180 @@ def local_bytes(root: Path, ids: list[int], data_files: list[str]) -> dict[str, 
         "data_files_bytes": data_total,
         "hive_parquet_bytes": hive_total,
         "hive_parquet_files": sum(1 for _ in (root / "hive").rglob("*.parquet")),
+    }
+
+
+# ---------------------------------------------------------------------- small reads, projection
+
+
+def _per_call(fn: Callable[[], object], calls: int) -> float:
+    """Mean seconds of ``calls`` back-to-back calls (one sample of a sub-millisecond cost)."""
+    start = time.perf_counter()
+    for _ in range(calls):
+        fn()
+    return (time.perf_counter() - start) / calls
+
+
+def _interleaved(
+    methods: dict[str, Callable[[], object]], repeats: int, calls: int
+) -> dict[str, dict[str, float]]:
+    """Median, min and max over ``repeats`` rounds; each round runs every method in turn."""
+    for fn in methods.values():
+        fn()  # warm-up: page cache, imports
+    samples: dict[str, list[float]] = {name: [] for name in methods}
+    for _ in range(repeats):
+        for name, fn in methods.items():
+            samples[name].append(_per_call(fn, calls))
+    return {
+        name: {"median_s": statistics.median(t), "min_s": min(t), "max_s": max(t)}
+        for name, t in samples.items()
+    }
+
+
+def _write_file(
+    path: Path, table: pa.Table, ids: np.ndarray, n: int, memory: int, compression: str = "none"
+) -> None:
+    with ShuffleFileWriter(
+        path, table.schema, n, memory=memory, compression=compression, overwrite=True
+    ) as writer:
+        start = 0
+        for batch in table.to_batches(max_chunksize=65536):
+            writer.write(batch, subpartitions=ids[start : start + batch.num_rows])
+            start += batch.num_rows
+
+
+def _write_plain(path: Path, table: pa.Table, compression: str = "none") -> None:
+    options = pa.ipc.IpcWriteOptions(compression=None if compression == "none" else compression)
+    with (
+        pa.OSFile(str(path), "wb") as sink,
+        pa.ipc.new_file(sink, table.schema, options=options) as writer,
+    ):
+        for batch in table.to_batches(max_chunksize=65536):
+            writer.write_batch(batch)
+
+
+def _read_plain(path: Path) -> int:
+    with pa.memory_map(str(path)) as source:
+        return int(pa.ipc.open_file(source).read_all().num_rows)
+
+
+def measure_small_reads(root: Path, args: argparse.Namespace) -> dict[str, Any]:
+    """Reads of one and of four subpartitions against standalone IPC files of just those rows.
+
+    Three pairs, each timed in the same rounds: open + read + consume one subpartition vs
+    memory-mapping and reading a standalone Arrow IPC file of its rows; the same for a range of
+    four; and one subpartition of a file already open vs ``get_batch`` of every batch of the
+    standalone file, already open.
+    """
+    rows, n = args.small_rows, args.small_subpartitions
+    rng = np.random.default_rng(args.seed)
+    table = next(generate(rows, 1, n, args.seed)).drop_columns(["sp"])
+    ids = rng.integers(0, n, rows).astype(np.int32)
+    path = root / "small.arrow"
+    _write_file(path, table, ids, n, args.small_region_bytes, args.small_compression)
+    s = n // 2
+    wanted = {1: range(s, s + 1), 4: range(s, s + 4)}
+    alone: dict[int, Path] = {}
+    for count, run in wanted.items():
+        mask = (ids >= run.start) & (ids < run.stop)
+        alone[count] = root / f"alone-{count}.arrow"
+        _write_plain(alone[count], table.filter(pa.array(mask)), args.small_compression)
+        expect = int(mask.sum())
+        if ash_rows(path, run) != expect or _read_plain(alone[count]) != expect:
+            raise SystemExit(f"small reads disagree on subpartitions {run}")
+    opened = open_file(path)
+    source = pa.memory_map(str(alone[1]))
+    plain = pa.ipc.open_file(source)
+    batches = range(plain.num_record_batches)
+    methods: dict[str, Callable[[], object]] = {
+        "open + read 1 subpartition": lambda: ash_rows(path, wanted[1]),
+        "standalone IPC of its rows (mmap)": lambda: _read_plain(alone[1]),
+        "open + read 4 subpartitions": lambda: ash_rows(path, wanted[4]),
+        "standalone IPC of their rows (mmap)": lambda: _read_plain(alone[4]),
+        "read 1 subpartition, file open": lambda: opened.read(s).num_rows,
+        "get_batch, standalone file open": lambda: (
+            pa.Table.from_batches([plain.get_batch(i) for i in batches]).num_rows
+        ),
+    }
+    timings = _interleaved(methods, args.repeats, args.small_calls)
+    names = list(timings)
+    ratios = {
+        f"{names[i]} / {names[i + 1]}": timings[names[i]]["median_s"]
+        / timings[names[i + 1]]["median_s"]
+        for i in (0, 2, 4)
+    }
+    return {
+        "rows": rows,
+        "subpartitions": n,
+        "compression": args.small_compression,
+        "regions": opened.num_regions,
+        "rows_per_subpartition": rows / n,
+        "methods": timings,
+        "ratios": ratios,
+    }
+
+
+def ash_rows(path: Path, run: range) -> int:
+    """Open a shuffle file, read ``run`` and count the rows (what a small consumer does)."""
+    with open_file(path) as shuffle:
+        return int(shuffle.read(run).num_rows)
+
+
+def measure_projection(root: Path, args: argparse.Namespace) -> dict[str, Any]:
+    """One subpartition of a 16-column file: 4 columns against all 16, per compression."""
+    return {compression: _projection(root, args, compression) for compression in ("none", "lz4")}
+
+
+def _projection(root: Path, args: argparse.Namespace, compression: str) -> dict[str, Any]:
+    """Open + read one subpartition: 4 columns against all 16 (time, and bytes touched)."""
+    rows, n = args.projection_rows, 16
+    rng = np.random.default_rng(args.seed)
+    columns: dict[str, pa.Array] = {}
+    for i in range(16):
+        kind = i % 4
+        if kind == 3:
+            values = rng.integers(0, 1_000_000, rows).astype(str)
+            columns[f"c{i}"] = pa.array(np.char.add("user-", values).astype(object), pa.string())
+        elif kind == 2:
+            columns[f"c{i}"] = pa.array(rng.standard_normal(rows))
+        else:
+            columns[f"c{i}"] = pa.array(rng.integers(0, 1 << 40, rows))
+    table = pa.table(columns)
+    ids = rng.integers(0, n, rows).astype(np.int32)
+    path = root / "wide16.arrow"
+    _write_file(path, table, ids, n, args.region_bytes, compression)
+    selected = ["c0", "c2", "c7", "c11"]  # int, float, string, string
+    s = n // 2
+
+    def full() -> pa.Table:
+        with open_file(path) as shuffle:
+            return shuffle.read(s)
+
+    def projected() -> pa.Table:
+        with open_file(path) as shuffle:
+            return shuffle.read(s, columns=selected)
+
+    if not projected().equals(full().select(selected)):
+        raise SystemExit("the projected read differs from the full read")
+    touched = {}
+    for name, call in (("full", {}), ("projected", {"columns": selected})):
+        shuffle = open_file(path)
+        shuffle.read(s, **call)  # type: ignore[arg-type]
+        touched[name] = shuffle.data_bytes_read
+    timings = _interleaved(
+        {"4 of 16 columns": projected, "all 16 columns": full}, args.repeats, calls=5
+    )
+    return {
+        "compression": compression,
+        "rows": rows,
+        "columns": 16,
+        "selected": selected,
+        "bytes_full": touched["full"],
+        "bytes_projected": touched["projected"],
+        "bytes_ratio": touched["projected"] / touched["full"],
+        "methods": timings,
+        "time_ratio": timings["4 of 16 columns"]["median_s"]
+        / timings["all 16 columns"]["median_s"],
     }
 
 
@@ -460,6 +635,26 @@ def print_tables(result: dict[str, Any]) -> None:
         f"{b['arrowshuffle_amplification']:.2f}); data files {b['data_files_bytes'] / MB:.1f} MB; "
         f"hive parquet {b['hive_parquet_bytes'] / MB:.1f} MB in {b['hive_parquet_files']} files"
     )
+    small = result.get("small_reads")
+    if small:
+        print(
+            f"\nSmall reads: {small['rows']:,} rows, {small['subpartitions']} subpartitions, "
+            f"{small['regions']} regions, {small['compression']}"
+        )
+        for name, m in small["methods"].items():
+            print(f"{name:40} {m['median_s'] * 1000:8.3f} ms (min {m['min_s'] * 1000:.3f})")
+        for name, ratio in small["ratios"].items():
+            print(f"  {name}: {ratio:.2f}x")
+    for projection in result.get("projection", {}).values():
+        print(
+            f"\nProjection ({projection['compression']}), one subpartition of "
+            f"{projection['rows']:,} rows x 16 columns: 4 columns touch "
+            f"{projection['bytes_ratio']:.3f}x the bytes of all 16 "
+            f"({projection['bytes_projected'] / MB:.2f} / {projection['bytes_full'] / MB:.2f} MB), "
+            f"take {projection['time_ratio']:.2f}x the time"
+        )
+        for name, m in projection["methods"].items():
+            print(f"  {name:20} {m['median_s'] * 1000:8.2f} ms (min {m['min_s'] * 1000:.2f})")
     if "s3" not in result:
         return
     s3 = result["s3"]
@@ -509,6 +704,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--latency-ms", type=float, default=20.0)
     parser.add_argument("--bandwidth-mbps", type=float, default=100.0)
     parser.add_argument("--seed", type=int, default=42)
+    parser.add_argument("--small-rows", type=int, default=4_000_000, help="rows (small reads)")
+    parser.add_argument("--small-subpartitions", type=int, default=64)
+    parser.add_argument("--small-region-bytes", type=int, default=64 << 20)
+    parser.add_argument("--small-calls", type=int, default=20, help="calls per timing sample")
+    parser.add_argument("--small-compression", default="lz4", choices=("none", "lz4", "zstd"))
+    parser.add_argument("--projection-rows", type=int, default=1_000_000)
+    parser.add_argument("--skip-small", action="store_true", help="skip small reads and projection")
     parser.add_argument(
         "--out",
         type=Path,
@@ -549,6 +751,9 @@ def main(argv: list[str] | None = None) -> int:
             "methods": time_local(methods, ids, args.repeats),
             "bytes": local_bytes(root, ids, data_files),
         }
+        if not args.skip_small:
+            result["small_reads"] = measure_small_reads(root, args)
+            result["projection"] = measure_projection(root, args)
     if not args.skip_s3:
         result["s3"] = measure_s3(args, ids)
     print_tables(result)

@@ -216,6 +216,40 @@ def reads_figures(doc: dict[str, Any]) -> Iterator[Figure]:
             peer,
             Stat.of(local[peer]),
         )
+    small = doc.get("small_reads")
+    if small:
+        names = list(small["methods"])
+        for ours_name, peer_name in zip(names[0::2], names[1::2], strict=True):
+            yield Figure(
+                "reads",
+                f"small read, {small['rows']:,} rows / {small['subpartitions']} subpartitions",
+                "s",
+                ours_name,
+                Stat.of(small["methods"][ours_name]),
+                peer_name,
+                Stat.of(small["methods"][peer_name]),
+            )
+    for projection in doc.get("projection", {}).values():
+        what = f"projected read, 4 of 16 columns ({projection['compression']})"
+        methods = projection["methods"]
+        yield Figure(
+            "reads",
+            what,
+            "s",
+            "4 of 16 columns",
+            Stat.of(methods["4 of 16 columns"]),
+            "all 16 columns",
+            Stat.of(methods["all 16 columns"]),
+        )
+        yield Figure(
+            "reads",
+            what + ", bytes touched",
+            "B",
+            "4 of 16 columns",
+            Stat(float(projection["bytes_projected"])),
+            "all 16 columns",
+            Stat(float(projection["bytes_full"])),
+        )
     s3 = doc.get("s3")
     if not s3:
         return

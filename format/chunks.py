@@ -105,6 +105,15 @@ def decode_chunk(
     return out
 
 
+def chunk_violation(where: str, detail: str) -> Violation:
+    """Rule V17 broken by a chunk read in parts, as a projected read does.
+
+    A projected read finds a chunk's batches in the footer and decodes some columns;
+    ``detail`` says what was expected and what was found.
+    """
+    return Violation("V17", f"{where}: {detail}")
+
+
 @implements("V18")
 def check_footer_totals(
     batches: int, rows: int, footer: Callable[[], tuple[int, int]]

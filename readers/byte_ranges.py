@@ -36,7 +36,10 @@ def subpartition_runs(subpartitions: Subpartitions, num_subpartitions: int) -> l
     if isinstance(subpartitions, bool):
         raise InvalidOptionError(f"subpartitions must be integers, found {subpartitions!r}")
     if isinstance(subpartitions, (int, np.integer)):
-        ids = np.array([int(subpartitions)], dtype=np.int64)
+        value = int(subpartitions)
+        if 0 <= value < num_subpartitions:
+            return [range(value, value + 1)]  # the common one-subpartition read, without numpy
+        ids = np.array([value], dtype=np.int64)
     elif isinstance(subpartitions, range) and subpartitions.step == 1:
         if len(subpartitions) == 0:
             return []
@@ -110,11 +113,28 @@ class ChunkRange:
 
 @dataclass(frozen=True)
 class FetchBlock:
-    """One ranged read that covers one or more chunk ranges (merged when close together)."""
+    """One ranged read that covers one or more chunk ranges (merged when close together).
+
+    A projected read fetches only ``pieces`` (sorted, disjoint ``[start, end)`` ranges inside
+    ``[offset, end)``: the selected columns' buffers) instead of the whole block.
+    """
 
     offset: int
     end: int
     ranges: tuple[ChunkRange, ...]
+    pieces: tuple[tuple[int, int], ...] = ()
+
+    @property
+    def fetch_ranges(self) -> tuple[tuple[int, int], ...]:
+        """The ranges this block fetches: its pieces, or the whole block."""
+        return self.pieces or ((self.offset, self.end),)
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes this block fetches."""
+        if not self.pieces:
+            return self.end - self.offset
+        return sum(end - start for start, end in self.pieces)
 
 
 def plan_run(entries: np.ndarray, broadcast: np.ndarray, run: range) -> list[ChunkRange]:

@@ -44,7 +44,7 @@ def check_data_file(
     def ends() -> tuple[bytes, bytes]:
         # Enough of each end for V21 too: the schema message's and the footer's lengths.
         (first, stop), (back, forth) = SCHEMA_PREFIX, FOOTER_LENGTH_FROM_END
-        head, tail = data.read_ranges([(0, min(stop, size)), (max(0, size - back), size)])
+        head, tail = _uncounted(data, [(0, min(stop, size)), (max(0, size - back), size)])
         head_bytes, tail_bytes = head.to_pybytes(), tail.to_pybytes()
         fetched.extend((head_bytes[first:], tail_bytes[: back - forth]))
         return head_bytes[: len(ARROW_MAGIC)], tail_bytes[-len(ARROW_MAGIC) :]
@@ -113,6 +113,13 @@ def _fetch_ends(data: ByteSource) -> tuple[bytes, bytes]:
     return head.to_pybytes(), tail.to_pybytes()
 
 
+def _uncounted(data: ByteSource, ranges: list[tuple[int, int]]) -> list[pa.Buffer]:
+    """The ranges; from a memory map without counting them (checks are no read's plan)."""
+    if isinstance(data, MappedSource):
+        return [data.mapped.slice(b, e - b) for b, e in ranges]
+    return data.read_ranges(ranges)
+
+
 class _RangeFile(io.RawIOBase):
     """A read-only, seekable file over a byte source, so pyarrow reads only what it needs."""
 
@@ -153,6 +160,5 @@ class _RangeFile(io.RawIOBase):
 def _random_access(data: ByteSource) -> pa.NativeFile:
     """A pyarrow file over the data: zero-copy for a memory map, ranged reads otherwise."""
     if isinstance(data, MappedSource):
-        (whole,) = data.read_ranges([(0, data.size)])
-        return pa.BufferReader(whole)
+        return pa.BufferReader(data.mapped)  # Arrow reads the footer only: not counted
     return pa.PythonFile(_RangeFile(data), mode="r")

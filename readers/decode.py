@@ -6,11 +6,11 @@ The checks are those of validation (:mod:`arrowshuffle.format.chunks`): V16 (CRC
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 
 import pyarrow as pa
 
-from arrowshuffle.format.chunks import check_chunk_crc, decode_chunk
+from arrowshuffle.format.chunks import check_chunk_crc, chunk_violation, decode_chunk
 from arrowshuffle.readers.byte_ranges import Chunk, ChunkRange, FetchBlock
 
 
@@ -85,5 +85,47 @@ def decode_block(
         batches = decode_range(piece, chunk_range, schema, url, full=verify)
         if columns is not None:
             batches = [b.select(columns) for b in batches]
+        out.extend(repeat(batches, chunk_range.repeat))
+    return out
+
+
+def decode_projected(
+    block: FetchBlock,
+    reader: pa.ipc.RecordBatchFileReader,
+    positions: Mapping[int, range],
+    columns: list[str],
+    url: str,
+) -> list[pa.RecordBatch]:
+    """Decode the selected columns of every chunk range of one projected block (rule V17).
+
+    Args:
+        block: the block.
+        reader: the data file opened with ``included_fields`` of the selected columns; it
+            reads each batch's metadata and those columns' buffers only.
+        positions: the footer positions of each chunk's batches, by the chunk's offset
+            (proven to tile the chunk exactly).
+        columns: the selected columns, in the order wanted.
+        url: the data file, for error messages.
+    """
+    out: list[pa.RecordBatch] = []
+    for chunk_range in block.ranges:
+        batches: list[pa.RecordBatch] = []
+        for chunk in chunk_range.chunks:
+            try:
+                found = [reader.get_batch(i) for i in positions[chunk.offset]]
+            except (pa.ArrowException, OSError, EOFError) as exc:
+                where = _where(url, chunk_range.region, chunk)
+                raise chunk_violation(
+                    where,
+                    f"expected {chunk.batches} record batches of the file's schema, "
+                    f"one does not decode: {exc}",
+                ).error() from exc
+            rows = sum(b.num_rows for b in found)
+            if rows != chunk.rows:
+                where = _where(url, chunk_range.region, chunk)
+                raise chunk_violation(
+                    where, f"expected {chunk.rows} rows in {chunk.batches} batches, decoded {rows}"
+                ).error()
+            batches.extend(b.select(columns) for b in found)
         out.extend(repeat(batches, chunk_range.repeat))
     return out

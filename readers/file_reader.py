@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import os
+import threading
+from collections import OrderedDict
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -52,8 +54,18 @@ from arrowshuffle.readers.byte_ranges import (
     subpartition_runs,
 )
 from arrowshuffle.readers.data_file import check_data_coverage, check_data_file
-from arrowshuffle.readers.decode import decode_block
+from arrowshuffle.readers.decode import decode_block, decode_projected
 from arrowshuffle.readers.integrity import Verify, resolve_verify
+from arrowshuffle.readers.projection import (
+    FOOTER_GUESS,
+    BufferPicker,
+    FileLayout,
+    SparseFile,
+    footer_length,
+    parse_batch_metadata,
+    parse_layout,
+    selected_ranges,
+)
 from arrowshuffle.readers.proof import check_regions, check_run
 from arrowshuffle.readers.read_path import Readable, select_schema
 from arrowshuffle.readers.scheduler import ReadOptions, ReadTask, make_tasks
@@ -87,6 +99,64 @@ FIRST_FETCH_LIMIT = 4 * 1024 * 1024
 PROVE_WHOLE_ENTRIES = 1 << 16
 #: The rules of a listing (a manifest) that an index can contradict.
 _LISTING_RULES = frozenset({"M4", "M7"})
+#: How many runs' chunk ranges a file keeps for repeated reads.
+PLANS_KEPT = 4096
+#: How many local indexes' proofs the process keeps (least recently opened dropped first)...
+PROOF_CACHE_FILES = 256
+#: ... for indexes of at most this many bytes (each proof keeps a copy of its index).
+PROOF_CACHE_MAX_INDEX = 1 << 20
+
+
+@dataclass
+class _Proof:
+    """What opening one local index established, tied to the exact bytes it was proven on.
+
+    Every later open of the same path whose index bytes are identical (compared byte for byte
+    with the private copy kept here) reuses the decoded header and metadata, the entries and
+    the runs proven so far, instead of decoding and proving again. The data file's checks
+    (V13-V15, V21) are reused when its first bytes, footer and size are identical too.
+    """
+
+    index: pa.Buffer
+    header: IndexHeader
+    meta: IndexMeta
+    crc32c: int
+    entries: dict[int, np.ndarray] = field(default_factory=dict)
+    proven: list[range] = field(default_factory=list)
+    whole: np.ndarray | None = None
+    holds_bytes: np.ndarray | None = None
+    #: The chunk ranges of proven runs, by ``(start, stop)`` (immutable: shared by reads).
+    plans: dict[tuple[int, int], list[ChunkRange]] = field(default_factory=dict)
+    #: The data file's bytes that passed V13-V15 and V21 (its head, footer and length).
+    data_key: bytes | None = None
+
+
+_PROOFS: OrderedDict[str, _Proof] = OrderedDict()
+_PROOFS_LOCK = threading.Lock()
+
+
+def _cached_proof(path: str, index: pa.Buffer) -> _Proof | None:
+    """The proof of ``path``'s index if it was made on exactly these bytes."""
+    with _PROOFS_LOCK:
+        proof = _PROOFS.get(path)
+        if proof is None:
+            return None
+        _PROOFS.move_to_end(path)
+    return proof if proof.index.equals(index) else None
+
+
+def _remember_proof(path: str, proof: _Proof) -> None:
+    with _PROOFS_LOCK:
+        _PROOFS[path] = proof
+        _PROOFS.move_to_end(path)
+        while len(_PROOFS) > PROOF_CACHE_FILES:
+            _PROOFS.popitem(last=False)
+
+
+def clear_proof_cache() -> None:
+    """Forget every cached index proof (the next open of each file proves it again)."""
+    with _PROOFS_LOCK:
+        _PROOFS.clear()
 
 
 @dataclass(frozen=True)
@@ -172,6 +242,8 @@ class ShuffleFile(Readable):
         # that hold any chunk bytes, so that a read of empty ones costs a lookup.
         self._whole: np.ndarray | None = None
         self._holds_bytes: np.ndarray | None = None
+        # The chunk ranges of proven runs, so that a repeated read plans nothing again.
+        self._plans: dict[tuple[int, int], list[ChunkRange]] = {}
         #: How many runs were proven from their entries (what repeated reads do not redo).
         self.proofs = 0
         self._index_bytes = pa.py_buffer(b"")
@@ -182,8 +254,12 @@ class ShuffleFile(Readable):
         #: The whole-index CRC32C of the trailer, when the open holds the whole index (always
         #: locally; remotely when it came with the first request): a manifest lists it (M5).
         self.index_crc32c: int | None = None
+        # A local index's proof, shared with later opens of the same bytes.
+        self._proof: _Proof | None = None
         self._open_index_checked(index_size, want, shape)
-        check_regions(self.meta.regions, self.header.data_length, self.url)
+        if self._proof is None:
+            check_regions(self.meta.regions, self.header.data_length, self.url)
+            self._remember_mapped_proof()
         if data_size is not None:
             _raise_first(
                 check_file_counts(
@@ -195,6 +271,8 @@ class ShuffleFile(Readable):
         self._data_size = self.header.data_length
         # The ends of the data file proven to meet the regions (V21): "first", "end".
         self._covered: set[str] = set()
+        # The data file's footer and its dictionary batches, once a projected read needs them.
+        self._layout: tuple[FileLayout, list[tuple[int, pa.Buffer]]] | None = None
 
     # ---------------------------------------------------------------- the index
 
@@ -274,12 +352,41 @@ class ShuffleFile(Readable):
         at memory speed) run now; each subpartition's entry block is checked (step 8) when a
         read first needs it, so that opening costs the same whatever the subpartition count.
         """
+        proof = _cached_proof(self.index_location.path, data)
+        if proof is not None:
+            # The very bytes proven before: the same header, metadata, entries and proofs.
+            self.header, self.meta, self.index_crc32c = proof.header, proof.meta, proof.crc32c
+            self._entries, self._proven = proof.entries, proof.proven
+            self._whole, self._holds_bytes = proof.whole, proof.holds_bytes
+            self._plans = proof.plans
+            self._index_bytes = data
+            self._proof = proof
+            return
         view = memoryview(data)
         self.header = decode_header(view, object_size=data.size)
         self.meta = decode_meta(self.header, view[: self.header.sections.entries_offset])
         check_trailer(self.header, view)
         self.index_crc32c = index_checksum(view)
         self._index_bytes = data
+
+    def _remember_mapped_proof(self) -> None:
+        """Share this local index's proof with later opens of the same bytes (see _Proof)."""
+        data = self._index_bytes
+        if not self.location.is_local or self.index_crc32c is None:
+            return
+        if data.size > PROOF_CACHE_MAX_INDEX:
+            return
+        proof = _Proof(
+            pa.py_buffer(data.to_pybytes()),  # a copy: the file may change under the map
+            self.header,
+            self.meta,
+            self.index_crc32c,
+            self._entries,
+            self._proven,
+            plans=self._plans,
+        )
+        self._proof = proof
+        _remember_proof(self.index_location.path, proof)
 
     def _first_fetch(
         self, size: int, want: Subpartitions | None, shape: IndexShape | None
@@ -508,6 +615,8 @@ class ShuffleFile(Readable):
             whole = self._prove(range(n))
             self._holds_bytes = np.asarray((whole["length"] > 0).any(axis=1))
             self._whole = whole
+            if self._proof is not None:
+                self._proof.whole, self._proof.holds_bytes = whole, self._holds_bytes
         if self._holds_bytes is not None:
             if not any(self._holds_bytes[r.start : r.stop].any() for r in runs):
                 return []  # proven: nothing to fetch
@@ -518,8 +627,14 @@ class ShuffleFile(Readable):
         broadcast = (self.meta.regions["flags"] & REGION_BROADCAST) != 0
         ranges: list[ChunkRange] = []
         for run in runs:
-            entries = self._prove(run)
-            ranges.extend(plan_run(entries, broadcast, run))
+            key = (run.start, run.stop)
+            planned = self._plans.get(key)
+            if planned is None:
+                planned = plan_run(self._prove(run), broadcast, run)
+                proven = any(p.start <= run.start and run.stop <= p.stop for p in self._proven)
+                if proven and len(self._plans) < PLANS_KEPT:
+                    self._plans[key] = planned  # proven for good: reused as it is
+            ranges.extend(planned)
         if regions is not None:
             ranges = [c for c in ranges if c.region in regions]
         ranges.sort(key=lambda c: (c.offset, c.start))
@@ -594,8 +709,14 @@ class ShuffleFile(Readable):
         A data file beside the wrong index would otherwise be decoded with the wrong entries,
         and one whose index leaves out a region would lose that region's rows.
         """
+        proof = self._proof
+        key = _data_key(source) if proof is not None else None
+        if proof is not None and key is not None and proof.data_key == key:
+            return  # the same head, footer and length passed these rules with this index
         _, violations = check_data_file(self.header, self.schema, source, self.meta.regions)
         _raise_first(violations, self.url)
+        if proof is not None:
+            proof.data_key = key
 
     def file_tasks(
         self,
@@ -626,14 +747,149 @@ class ShuffleFile(Readable):
         if not blocks:
             return []
         schema, url = self.schema, self.url
+        if select is not None and self._projects(select, check, blocks, options):
+            return self._projected_tasks(blocks, select, options)
         source = self.data_source()
         blocks = self._anchor_blocks(blocks, options)
 
-        def decode(block: FetchBlock, buffer: pa.Buffer) -> list[pa.RecordBatch]:
+        def decode(block: FetchBlock, buffers: list[pa.Buffer]) -> list[pa.RecordBatch]:
+            (buffer,) = buffers
             self._check_anchors(block, buffer)
             return decode_block(block, buffer, schema, url, columns=select, verify=check)
 
         return list(make_tasks(source, blocks, decode, options.task_bytes))
+
+    # ---------------------------------------------------------------- projected reads
+
+    def _projects(
+        self, select: list[str], verify: bool, blocks: list[FetchBlock], options: ReadOptions
+    ) -> bool:
+        """Whether a read of ``select`` fetches only those columns' buffers.
+
+        Not when it verifies checksums (a chunk's CRC32C covers all its bytes) or selects
+        every column. Locally only for compressed bodies, where it spares decompressing the
+        other columns: an uncompressed memory-mapped read is zero-copy, so the other columns'
+        pages are never touched anyway, and planning per batch would only add time. On object
+        stores only when the read is large enough to be worth the two extra round trips
+        (``options.project_min_bytes``).
+        """
+        if verify or set(select) >= set(self.schema.names):
+            return False
+        if self.location.is_local:
+            return self.compression != "none"
+        return sum(b.end - b.offset for b in blocks) >= options.project_min_bytes
+
+    def _file_layout(self) -> tuple[FileLayout, list[tuple[int, pa.Buffer]]]:
+        """The data file's footer and dictionary batches (fetched once, two requests at most)."""
+        if self._layout is None:
+            source = self.data_source()
+            size = source.size
+            # Locally the footer's length is read first, so that only the footer is touched.
+            guess = 10 if isinstance(source, MappedSource) else FOOTER_GUESS
+            (tail,) = source.read_ranges([(max(0, size - guess), size)])
+            need = footer_length(tail.to_pybytes()) + 10
+            if tail.size < need <= size:
+                (tail,) = source.read_ranges([(size - need, size)])
+            layout = parse_layout(tail.to_pybytes(), size - tail.size)
+            blocks = layout.dictionaries
+            starts = blocks["offset"].astype(np.int64)
+            ends = starts + blocks["meta_length"] + blocks["body_length"]
+            ranges = list(zip(starts.tolist(), ends.tolist(), strict=True))
+            if any(not 0 <= b <= e <= size for b, e in ranges):
+                raise FormatError(f"{self.url}: a dictionary batch lies outside the data file")
+            pieces = list(zip(starts.tolist(), source.read_ranges(ranges), strict=True))
+            self._layout = (layout, pieces)
+        return self._layout
+
+    def _projected_tasks(
+        self, blocks: list[FetchBlock], select: list[str], options: ReadOptions
+    ) -> list[ReadTask]:
+        """Tasks that fetch each batch's metadata now and the selected buffers when run."""
+        source = self.data_source()
+        mapped = isinstance(source, MappedSource)
+        if not mapped:
+            self.check_coverage()  # V21 from the file's ends: no block is widened to prove it
+        layout, dictionaries = self._file_layout()
+        schema, url = self.schema, self.url
+        names = set(select)
+        fields = [i for i, name in enumerate(schema.names) if name in names]
+        positions: dict[int, range] = {}
+        for block in blocks:
+            for chunk_range in block.ranges:
+                for chunk in chunk_range.chunks:
+                    where = f"{url}: chunk (region {chunk_range.region}, subpartition " + (
+                        f"{chunk.subpartition}) at bytes [{chunk.offset}, "
+                        f"{chunk.offset + chunk.length})"
+                    )
+                    positions[chunk.offset] = layout.chunk_batches(
+                        chunk.offset, chunk.length, chunk.batches, where
+                    )
+        wanted = sorted({i for run in positions.values() for i in run})
+        starts = layout.batches["offset"][wanted].astype(np.int64)
+        ends = starts + layout.batches["meta_length"][wanted]
+        # Locally exact ranges (the map serves any of them); remotely merged like any read.
+        gap = 0 if mapped else options.max_gap
+        spans = list(zip(starts.tolist(), ends.tolist(), strict=True))
+        metadata = dict(zip(wanted, _read_merged(source, spans, gap, options), strict=True))
+        pieces_of: dict[int, list[tuple[int, int]]] = {}
+        picker = BufferPicker(schema, fields)
+        for i in wanted:
+            batch = parse_batch_metadata(metadata[i].to_pybytes())
+            pieces_of[i] = selected_ranges(layout.batches[i], batch, picker)
+        projected = []
+        for block in blocks:
+            ranges = [
+                piece
+                for chunk_range in block.ranges
+                for chunk in chunk_range.chunks
+                for i in positions[chunk.offset]
+                for piece in pieces_of[i]
+            ]
+            merged = merge_ranges(ranges, max_gap=gap, max_block=options.max_block)
+            pieces = tuple((m.begin, m.end) for m in merged) or ((block.offset, block.offset),)
+            projected.append(FetchBlock(block.offset, block.end, block.ranges, pieces))
+        read_options = pa.ipc.IpcReadOptions(included_fields=fields)
+        if isinstance(source, MappedSource):
+            # Arrow reads each batch's metadata and the selected buffers from the map,
+            # zero-copy: the bytes the plan counted.
+            reader = pa.ipc.open_file(pa.BufferReader(source.mapped), options=read_options)
+
+            def decode(block: FetchBlock, buffers: list[pa.Buffer]) -> list[pa.RecordBatch]:
+                return decode_projected(block, reader, positions, select, url)
+
+        else:
+            size = source.size
+            known = [
+                (layout.tail_offset, layout.tail),
+                *dictionaries,
+                *((int(layout.batches["offset"][i]), m) for i, m in metadata.items()),
+            ]
+
+            def fetch(start: int, end: int) -> bytes:
+                (data,) = source.read_ranges([(start, end)])
+                return bytes(data.to_pybytes())
+
+            def decode(block: FetchBlock, buffers: list[pa.Buffer]) -> list[pa.RecordBatch]:
+                fetched = [start for start, _ in block.fetch_ranges]
+                sparse = SparseFile(size, [*known, *zip(fetched, buffers, strict=True)], fetch)
+                reader = pa.ipc.open_file(pa.PythonFile(sparse, mode="r"), options=read_options)
+                return decode_projected(block, reader, positions, select, url)
+
+        return list(make_tasks(source, projected, decode, options.task_bytes))
+
+    @property
+    def data_bytes_read(self) -> int:
+        """Bytes of the data file that reads fetched (remote) or mapped to touch (local).
+
+        Locally this counts the byte ranges reads planned and sliced from the memory map
+        (the operating system pages in no more than that, give or take a page).
+        """
+        source = self._data_source
+        if isinstance(source, MappedSource):
+            return source.bytes_read
+        if isinstance(source, RemoteSource):
+            return source.stats().bytes_read
+        return 0
 
     def check_coverage(self) -> None:
         """Prove that the regions cover every record batch of the data file (rule V21).
@@ -748,7 +1004,8 @@ class ShuffleFile(Readable):
     def close(self) -> None:
         """Release the memory maps and cached index entries."""
         self._data_source = None
-        self._entries.clear()
+        self._entries = {}  # not cleared: a cached proof may share it
+        self._plans = {}
 
     def __enter__(self) -> ShuffleFile:
         return self
@@ -761,6 +1018,38 @@ class ShuffleFile(Readable):
             f"ShuffleFile({self.url!r}, regions={self.num_regions}, "
             f"subpartitions={self.num_subpartitions}, rows={self.num_rows})"
         )
+
+
+def _data_key(source: MappedSource) -> bytes | None:
+    """What rules V13-V15 and V21 read of a data file: its length, first bytes and footer.
+
+    None when the file is too short to hold them (the full check then runs and says why).
+    """
+    whole = source.mapped
+    size = whole.size
+    if size < SCHEMA_PREFIX[1] + 10:
+        return None
+    tail = whole.slice(size - 10, 10).to_pybytes()
+    length = int.from_bytes(tail[:4], "little", signed=True)
+    if not 0 < length <= size - SCHEMA_PREFIX[1] - 10:
+        return None
+    head: bytes = whole.slice(0, SCHEMA_PREFIX[1]).to_pybytes()
+    footer: bytes = whole.slice(size - 10 - length, length + 10).to_pybytes()
+    return bytes(size.to_bytes(8, "little") + head + footer)
+
+
+def _read_merged(
+    source: ByteSource, ranges: list[tuple[int, int]], gap: int, options: ReadOptions
+) -> list[pa.Buffer]:
+    """The bytes of each range, fetched as merged ranges (one request each), then sliced."""
+    merged = merge_ranges(ranges, max_gap=gap, max_block=options.max_block)
+    buffers = source.read_ranges([(m.begin, m.end) for m in merged])
+    out: list[pa.Buffer | None] = [None] * len(ranges)
+    for m, buffer in zip(merged, buffers, strict=True):
+        for i in m.members:
+            begin, end = ranges[i]
+            out[i] = buffer.slice(begin - m.begin, end - begin)
+    return [b for b in out if b is not None]
 
 
 def _raise_first(violations: Sequence[Violation | None], where: str | None = None) -> None:

@@ -36,7 +36,12 @@ DEFAULT_IO_THREADS = 8
 #: A task holds at most this share of the in-flight budget, so that several run at once.
 _TASKS_PER_BUDGET = 4
 
-Decoder = Callable[[FetchBlock, pa.Buffer], list[pa.RecordBatch]]
+#: Decodes a block from its fetched bytes: one buffer per range of ``block.fetch_ranges``.
+Decoder = Callable[[FetchBlock, list[pa.Buffer]], list[pa.RecordBatch]]
+#: A projected read of an object store fetches only the selected columns when its chunks hold
+#: at least this many bytes: it costs two more round trips (the footer, once per file, and
+#: the batches' metadata), worth about this many bytes of transfer.
+DEFAULT_PROJECT_MIN_BYTES = 16 * 1024 * 1024
 
 
 @dataclass(frozen=True)
@@ -48,12 +53,16 @@ class ReadOptions:
         max_block: the largest merged range (a single larger chunk range is still one read).
         max_in_flight: the most fetched bytes not yet handed out to the caller.
         io_threads: how many fetches run at the same time (object stores only).
+        project_min_bytes: a read of some columns (``columns=``) from an object store, without
+            checksum verification, fetches only those columns' buffers when its chunks hold at
+            least this many bytes (local reads without verification always project).
     """
 
     max_gap: int = DEFAULT_MAX_GAP
     max_block: int = DEFAULT_MAX_BLOCK
     max_in_flight: int = DEFAULT_MAX_IN_FLIGHT
     io_threads: int = DEFAULT_IO_THREADS
+    project_min_bytes: int = DEFAULT_PROJECT_MIN_BYTES
 
     def __post_init__(self) -> None:
         for name, minimum in (
@@ -61,6 +70,7 @@ class ReadOptions:
             ("max_block", 1),
             ("max_in_flight", 1),
             ("io_threads", 1),
+            ("project_min_bytes", 0),
         ):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, numbers.Integral):
@@ -85,7 +95,7 @@ class ReadTask:
     @property
     def nbytes(self) -> int:
         """Bytes this task fetches."""
-        return sum(b.end - b.offset for b in self.blocks)
+        return sum(b.nbytes for b in self.blocks)
 
     def run(self) -> list[pa.RecordBatch]:
         """Fetch the blocks (one request each, concurrently where possible) and decode them.
@@ -95,24 +105,27 @@ class ReadTask:
         or one that comes back with the very same bytes (the stored object is damaged), raises
         :class:`ChecksumMismatchError` at once.
         """
-        buffers = self.source.read_ranges([(b.offset, b.end) for b in self.blocks])
+        fetched = self.source.read_ranges([r for b in self.blocks for r in b.fetch_ranges])
         out: list[pa.RecordBatch] = []
-        for block, buffer in zip(self.blocks, buffers, strict=True):
-            out.extend(self._decode_checked(block, buffer))
+        position = 0
+        for block in self.blocks:
+            count = len(block.fetch_ranges)
+            out.extend(self._decode_checked(block, fetched[position : position + count]))
+            position += count
         return out
 
-    def _decode_checked(self, block: FetchBlock, buffer: pa.Buffer) -> list[pa.RecordBatch]:
+    def _decode_checked(self, block: FetchBlock, buffers: list[pa.Buffer]) -> list[pa.RecordBatch]:
         source = self.source
         attempt = 0
         while True:
             try:
-                return self.decode(block, buffer)
+                return self.decode(block, buffers)
             except FormatError as exc:
                 # A failed checksum, or data file ends that do not meet the regions (V21,
                 # judged on a block widened to fetch them), may be damage on the way.
                 damaged = isinstance(exc, ChecksumMismatchError) or exc.rule == "V21"
-                if not damaged or not isinstance(source, RemoteSource):
-                    raise
+                if not damaged or not isinstance(source, RemoteSource) or block.pieces:
+                    raise  # a projected block is not verified: its damage is no transfer's
                 kind = type(exc)
                 if attempt >= source.retry_budget:
                     raise kind(
@@ -122,13 +135,13 @@ class ReadTask:
                     ) from exc
                 attempt += 1
                 fresh = source.refetch(block.offset, block.end, attempt, exc)
-                if fresh.equals(buffer):
+                if fresh.equals(buffers[0]):
                     raise kind(
                         f"{exc.detail} (fetching bytes [{block.offset}, {block.end}) again "
                         "returned the same bytes: the stored object is damaged)",
                         rule=exc.rule,
                     ) from exc
-                buffer = fresh
+                buffers = [fresh]
 
 
 def make_tasks(
@@ -138,7 +151,7 @@ def make_tasks(
     group: list[FetchBlock] = []
     size = 0
     for block in blocks:
-        length = block.end - block.offset
+        length = block.nbytes
         if group and size + length > task_bytes:
             yield ReadTask(source, tuple(group), decode)
             group, size = [], 0

@@ -76,14 +76,23 @@ class ByteSource(Protocol):
 
 
 class MappedSource:
-    """A local file, memory-mapped once; reads are zero-copy slices of the map."""
+    """A local file, memory-mapped once; reads are zero-copy slices of the map.
+
+    ``bytes_read`` counts the bytes of the slices handed out: what reads plan to touch.
+    """
 
     concurrent = False
 
     def __init__(self, location: Location) -> None:
         self.url = location.url
+        self.bytes_read = 0
         with storage_errors(location.url, "opening"):
             self._buffer = pa.memory_map(location.path, "r").read_buffer()
+
+    @property
+    def mapped(self) -> pa.Buffer:
+        """The whole map (not counted: the caller reads only what it planned)."""
+        return self._buffer
 
     @property
     def size(self) -> int:
@@ -99,6 +108,7 @@ class MappedSource:
                     f"range [{start}, {end}) is outside {self.url} ({self._buffer.size} bytes)"
                 )
             out.append(self._buffer.slice(start, end - start))
+            self.bytes_read += end - start
         return out
 
     def read_prefix(self, length: int) -> pa.Buffer:

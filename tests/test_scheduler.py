@@ -240,7 +240,7 @@ def test_next_tasks_are_fetched_while_the_caller_consumes():
     source = _HeldSource(4096)
     one_row = pa.record_batch({"x": [1]})
 
-    def decode(block: FetchBlock, buffer: pa.Buffer) -> list[pa.RecordBatch]:
+    def decode(block: FetchBlock, buffers: list[pa.Buffer]) -> list[pa.RecordBatch]:
         return [one_row]
 
     tasks = [ReadTask(source, (FetchBlock(i * 100, i * 100 + 100, ()),), decode) for i in range(6)]

@@ -1,0 +1,86 @@
+"""Opens of the same local index reuse its proof, and only while its bytes are the same."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pytest
+from index_edits import reencode
+
+import arrowshuffle as ash
+from arrowshuffle.format.index import decode_index
+from arrowshuffle.readers.file_reader import clear_proof_cache
+
+N = 4
+
+
+def _write(path: Path, rows: int = 400, seed: int = 0) -> None:
+    rng = np.random.default_rng(seed)
+    table = pa.table({"id": pa.array(np.arange(rows)), "x": pa.array(rng.random(rows))})
+    with ash.ShuffleFileWriter(path, table.schema, N, memory="64KiB", max_batch_rows=50) as w:
+        for batch in table.to_batches(max_chunksize=100):
+            w.write(batch, subpartitions=batch.column("id").to_numpy() % N)
+            w.flush_region()
+
+
+@pytest.fixture
+def pair(tmp_path: Path) -> Path:
+    clear_proof_cache()
+    path = tmp_path / "p.arrow"
+    _write(path)
+    return path
+
+
+def test_a_second_open_of_the_same_bytes_proves_nothing_again(pair: Path) -> None:
+    first = ash.open_file(pair)
+    expected = first.read(1)
+    assert first.proofs == 1
+    again = ash.open_file(pair)
+    assert again.read(1).equals(expected)
+    # A file read before is proven whole at its second read (any open): once.
+    assert again.proofs == 1
+    third = ash.open_file(pair)
+    for s in range(N):
+        third.read(s)
+    assert third.read(1).equals(expected)
+    assert third.proofs == 0
+
+
+def test_a_changed_index_is_proven_again(pair: Path, tmp_path: Path) -> None:
+    ash.open_file(pair).read(1)
+    # Another pair written to the same path: other bytes, so no reuse.
+    other = tmp_path / "other.arrow"
+    _write(other, rows=300, seed=3)
+    shutil.copyfile(other, pair)
+    shutil.copyfile(f"{other}.idx", f"{pair}.idx")
+    reopened = ash.open_file(pair)
+    assert reopened.read(1).num_rows == 75
+    assert reopened.proofs == 1
+
+
+def test_a_hostile_edit_after_a_good_open_is_still_refused(pair: Path) -> None:
+    good = ash.open_file(pair)
+    for s in range(N):
+        good.read(s)
+    # Swap two entries of region 0 and recompute every checksum: a valid-looking index.
+    index_path = Path(f"{pair}.idx")
+    index = decode_index(index_path.read_bytes())
+    entries = index.entries.copy()
+    entries[[0, 1], 0] = entries[[1, 0], 0]
+    index_path.write_bytes(reencode(index, entries=entries))
+    with pytest.raises(ash.CorruptFileError) as info:
+        ash.open_file(pair).read(0)
+    assert info.value.rule == "V9"
+
+
+def test_a_replaced_data_file_is_checked_again(pair: Path, tmp_path: Path) -> None:
+    ash.open_file(pair).read(0)
+    # A data file of another write beside the same index: its file id differs (V14).
+    other = tmp_path / "other.arrow"
+    _write(other)
+    shutil.copyfile(other, pair)
+    with pytest.raises(ash.CorruptFileError):
+        ash.open_file(pair).read(0)
