@@ -491,12 +491,16 @@ def compact(args: argparse.Namespace, storage: dict[str, Any], out: Output) -> i
     memory = parse_bytes(args.memory, name="--memory")
     if target < 1 or memory < 1:
         raise CommandError("--target-file-size and --memory must be at least 1 byte")
+    if args.batch_rows < 1:
+        raise CommandError(f"--batch-rows must be at least 1, found {args.batch_rows}")
     # The work's size is learnt on the way: the bar shows the latest step only.
     with out.progress(1, "compact", min_total=1) as bar:
         report = compact_dataset(
             args.path,
             target_file_size=target,
             memory=memory,
+            rebatch={"auto": "auto", "always": True, "never": False}[args.rebatch],
+            batch_rows=args.batch_rows,
             storage_options=storage,
             dry_run=args.dry_run,
             progress=lambda line: bar.update(0, line),
