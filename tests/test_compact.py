@@ -477,7 +477,8 @@ def test_cli_and_spark_compaction_on_s3(spark, s3_endpoint, s3_bucket):
         _check_compacted(url, before, storage)
 
 
-def test_a_chunk_whose_bytes_are_not_its_messages_is_refused_as_v17(tmp_path):
+@pytest.mark.parametrize("rebatch", [False, True])
+def test_a_chunk_whose_bytes_are_not_its_messages_is_refused_as_v17(tmp_path, rebatch):
     """Bytes that match their CRC32C but are not the declared messages stop compaction (V17)."""
     import dataclasses
 
@@ -508,7 +509,7 @@ def test_a_chunk_whose_bytes_are_not_its_messages_is_refused_as_v17(tmp_path):
     assert arrowshuffle.validate_dataset(url).ok  # only a deep check of chunks tells
 
     with pytest.raises(arrowshuffle.CorruptFileError) as caught:
-        arrowshuffle.compact(url, target_file_size=1 << 30)
+        arrowshuffle.compact(url, target_file_size=1 << 30, rebatch=rebatch)
     assert caught.value.rule == "V17"
     assert manifest_in_force(url) == manifest_path  # nothing was replaced
     assert manifest_path.read_bytes() == before
