@@ -12,6 +12,7 @@ See :mod:`arrowshuffle.writers.compact` for planning and committing.
 from __future__ import annotations
 
 import array
+import contextlib
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -382,7 +383,8 @@ class _GroupWriter:
             return False  # as few batches as the target allows already
         if self.rebatch is True:
             return True
-        return sum(p.data.size for p in pieces) < AUTO_REBATCH_BYTES * batches
+        size: int = sum(p.data.size for p in pieces)
+        return size < AUTO_REBATCH_BYTES * batches
 
     def _decode(self, pieces: Sequence[_Piece]) -> list[pa.RecordBatch]:
         """The run's batches, every chunk holding the batches and rows its entry declares.
@@ -394,10 +396,10 @@ class _GroupWriter:
         if self._schema_message is None:
             self._schema_message = self.schema.serialize()
         data = pa.py_buffer(b"".join([self._schema_message, *(p.data for p in pieces)]))
-        try:
-            batches = pa.ipc.open_stream(data).read_all().to_batches()
-        except (pa.ArrowException, OSError, EOFError):
-            batches = None
+        batches: list[pa.RecordBatch] | None = None
+        # On failure, each chunk alone says what is wrong (below).
+        with contextlib.suppress(pa.ArrowException, OSError, EOFError):
+            batches = list(pa.ipc.open_stream(data).read_all().to_batches())
         counts = np.array([p.batches for p in pieces], dtype=np.int64)
         if batches is not None and len(batches) == counts.sum() and (counts > 0).all():
             rows = np.array([b.num_rows for b in batches], dtype=np.int64)
@@ -721,7 +723,7 @@ def _merge_regular(
     columns = [inputs[r.file].entries[:, r.region] for r in refs]
     entries = np.zeros(writer.num_subpartitions, dtype=ENTRY_DTYPE)
     entries["rows"] = np.sum([c["rows"] for c in columns], axis=0, dtype=np.uint64)
-    present = np.sum([c["length"] for c in columns], axis=0, dtype=np.uint64) > 0
+    present = np.asarray(np.sum([c["length"] for c in columns], axis=0, dtype=np.uint64) > 0)
     pieces: Iterable[tuple[int, int, list[tuple[int, pa.Buffer]]]]
     if len(refs) == 1 and refs[0].length > budget:
         pieces = _large_region_pieces(writer, inputs[refs[0].file], refs[0], budget)
