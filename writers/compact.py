@@ -20,7 +20,9 @@ so a consumer then makes one read per output region instead of one per input fil
 * **Bounded memory.** Input regions are read whole, as sequential ranges, and an output region
   takes consecutive input regions while their bytes fit ``memory`` (at least one; a region
   larger than ``memory`` is read chunk run by chunk run, a single chunk at most being held
-  beyond the budget).
+  beyond the budget). Re-batching works on one subpartition's run of an output region at a
+  time: its decoded batches (as large as its bytes, or their decompressed size) and one
+  re-encoded batch are held beside the region's input bytes.
 * **Broadcast stays broadcast.** Broadcast input regions are merged into broadcast output
   regions (one chunk each), after the group's regular regions.
 * **Same partitioner.** Every file of a dataset carries the manifest's partitioner spec, up to
