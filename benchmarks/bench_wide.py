@@ -169,7 +169,15 @@ def _counted(counter: Any, action: Any) -> tuple[Any, dict[str, float]]:
     start = time.perf_counter()
     result = action()
     seconds = time.perf_counter() - start
+    # The server records a response once its body is sent, which may be after the client has
+    # returned: wait until no record arrives, or a late one would count for the next action.
     records = counter.take()
+    while True:
+        time.sleep(0.2)
+        late = counter.take()
+        if not late:
+            break
+        records += late
     gets = [r for r in records if r[0] == "GET"]
     cost = {
         "requests": len(records),
