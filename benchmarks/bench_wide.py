@@ -4,14 +4,18 @@ On moto's S3 server (requests and bytes counted at the server): one consumer of 
 ``N / C`` subpartitions of every file (all-to-all), from
 
 * the dataset as the producers wrote it (M files),
-* the same dataset after ``arrowshuffle.compact`` (one file per group of up to 1 GiB),
+* the same dataset after ``arrowshuffle.compact`` (one file per group of up to 1 GiB), with
+  its default ``rebatch="auto"`` (tiny batches re-encoded as larger ones) and, as the peer,
+  with ``rebatch=False`` (every input batch copied as bytes),
 * the same rows as hive-partitioned Parquet, one directory per subpartition holding one file
   (the layout after a shuffle that wrote one file per subpartition; a per-producer layout would
   be M x N objects), read with polars and with pyarrow.
 
 Modelled time is sequential: requests x latency + bytes / bandwidth, for 20 ms + 100 MB/s and
-50 ms + 1 GB/s. Compaction itself is measured (time, bytes read and written, requests). Locally,
-one consumer's read time is measured against M (16 ... 1,024 files), before and after compact.
+50 ms + 1 GB/s. Compaction itself is measured (time, bytes read and written, requests), both
+ways, and the consumer's bytes after each are given as a ratio to the Parquet layout's. Locally,
+one consumer's read time is measured against M (16 ... 1,024 files), before and after compact
+(both ways, with the compaction times).
 
     python -m benchmarks.bench_wide                 # M = N = 1,000 (a few minutes)
     python -m benchmarks.bench_wide --quick         # M = 64, N = 200
@@ -126,26 +130,35 @@ def measure_local(args: argparse.Namespace, tmp: Path) -> list[dict[str, Any]]:
     out = []
     for m in counts:
         url = tmp / f"local-{m}"
+        copied_url = tmp / f"local-{m}-copied"
         linked_dataset(source, url, written[:m], args.subpartitions)
+        linked_dataset(source, copied_url, written[:m], args.subpartitions)
         before = time_local(str(url), selection, args.repeats)
+        copied_report = arrowshuffle.compact(str(copied_url), rebatch=False)
         report = arrowshuffle.compact(str(url))
         after = time_local(str(url), selection, args.repeats)
-        if before["rows"] != after["rows"]:
+        copied = time_local(str(copied_url), selection, args.repeats)
+        if not before["rows"] == after["rows"] == copied["rows"]:
             raise SystemExit(
-                f"M={m}: {before['rows']} rows before compaction, {after['rows']} after"
+                f"M={m}: {before['rows']} rows before compaction, {after['rows']} after, "
+                f"{copied['rows']} after a byte copy"
             )
         out.append(
             {
                 "files": m,
                 "before": before,
                 "after": after,
+                "after_copied": copied,
                 "files_after": report.files_after,
                 "compact_s": report.seconds,
+                "compact_copied_s": copied_report.seconds,
             }
         )
         print(
             f"local M={m:>5}: one consumer {before['median_s'] * 1e3:8.1f} ms before, "
-            f"{after['median_s'] * 1e3:8.1f} ms after compaction ({report.files_after} files)",
+            f"{after['median_s'] * 1e3:8.1f} ms after compaction ({report.files_after} files), "
+            f"{copied['median_s'] * 1e3:8.1f} ms after a byte-copy compaction; compaction "
+            f"{report.seconds:.1f} s re-batching, {copied_report.seconds:.1f} s copying",
             flush=True,
         )
     return out
@@ -156,7 +169,15 @@ def _counted(counter: Any, action: Any) -> tuple[Any, dict[str, float]]:
     start = time.perf_counter()
     result = action()
     seconds = time.perf_counter() - start
+    # The server records a response once its body is sent, which may be after the client has
+    # returned: wait until no record arrives, or a late one would count for the next action.
     records = counter.take()
+    while True:
+        time.sleep(0.2)
+        late = counter.take()
+        if not late:
+            break
+        records += late
     gets = [r for r in records if r[0] == "GET"]
     cost = {
         "requests": len(records),
@@ -197,6 +218,7 @@ def measure_s3(args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
         s3.mkdir(bucket)
         start = time.perf_counter()
         s3.put(str(local) + "/", f"{bucket}/shuffle/", recursive=True)
+        s3.put(str(local) + "/", f"{bucket}/copied/", recursive=True)
         s3.put(str(hive_local) + "/", f"{bucket}/hive/", recursive=True)
         print(f"uploaded to moto in {time.perf_counter() - start:.1f} s", flush=True)
         url = f"s3://{bucket}/shuffle"
@@ -211,23 +233,35 @@ def measure_s3(args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
         )
         hive_paths = [f"{bucket}/hive/sp={s}/part-0.parquet" for s in selection]
 
-        def shuffle_read() -> int:
-            return int(arrowshuffle.open_dataset(url, options).read(selection).num_rows)
+        copied_url = f"s3://{bucket}/copied"
+
+        def shuffle_read(at: str = url) -> int:
+            return int(arrowshuffle.open_dataset(at, options).read(selection).num_rows)
+
+        def compaction(at: str, rebatch: bool | str) -> dict[str, Any]:
+            report, cost = _counted(
+                counter,
+                lambda: arrowshuffle.compact(at, storage_options=options, rebatch=rebatch),
+            )
+            cost.update(
+                {
+                    "bytes_read": report.bytes_read,
+                    "bytes_written": report.bytes_written,
+                    "files_before": report.files_before,
+                    "files_after": report.files_after,
+                }
+            )
+            return cost
 
         results: dict[str, Any] = {}
         rows, results["before"] = _counted(counter, shuffle_read)
-        report, compaction = _counted(
-            counter, lambda: arrowshuffle.compact(url, storage_options=options)
-        )
-        compaction.update(
-            {
-                "bytes_read": report.bytes_read,
-                "bytes_written": report.bytes_written,
-                "files_before": report.files_before,
-                "files_after": report.files_after,
-            }
-        )
+        # The byte copy (the peer) first, then the default: same data, same server.
+        results["compaction_copied"] = compaction(copied_url, False)
+        results["compaction"] = compaction(url, "auto")
         rows_after, results["after"] = _counted(counter, shuffle_read)
+        rows_copied, results["after, byte copy"] = _counted(
+            counter, lambda: shuffle_read(copied_url)
+        )
         polars_rows, results["hive parquet (polars)"] = _counted(
             counter,
             lambda: (
@@ -242,13 +276,12 @@ def measure_s3(args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
                 pads.dataset(hive_paths, format="parquet", filesystem=arrow_s3).to_table().num_rows
             ),
         )
-        if len({rows, rows_after, polars_rows, arrow_rows}) != 1:
+        if len({rows, rows_after, rows_copied, polars_rows, arrow_rows}) != 1:
             raise SystemExit(
                 f"readers disagree: {rows} rows before compaction, {rows_after} after, "
-                f"{polars_rows} polars, {arrow_rows} pyarrow"
+                f"{rows_copied} after a byte copy, {polars_rows} polars, {arrow_rows} pyarrow"
             )
         results["consumer_rows"] = rows
-        results["compaction"] = compaction
         return results
 
 
@@ -258,23 +291,35 @@ def print_s3(result: dict[str, Any], args: argparse.Namespace) -> None:
         f"{args.consumers} ({result['consumer_rows']:,} rows):"
     )
     print(f"{'layout':<26}{'GETs':>8}{'bytes':>14}{'20ms+100MB/s':>14}{'50ms+1GB/s':>12}")
-    for name in ("before", "after", "hive parquet (polars)", "hive parquet (pyarrow)"):
+    labels = {
+        "before": "arrowshuffle, M files",
+        "after, byte copy": "compacted, byte copy",
+        "after": "compacted, re-batched",
+    }
+    for name in (*labels, "hive parquet (polars)", "hive parquet (pyarrow)"):
         r = result[name]
-        label = {"before": "arrowshuffle, M files", "after": "arrowshuffle, compacted"}.get(
-            name, name
-        )
+        label = labels.get(name, name)
         print(
             f"{label:<26}{r['gets']:>8}{r['bytes']:>14,}{r['modeled_20ms_100MBps_s']:>13.2f}s"
             f"{r['modeled_50ms_1000MBps_s']:>11.2f}s"
         )
-    c = result["compaction"]
-    print(
-        f"compaction: {c['seconds']:.1f} s, {c['files_before']} -> {c['files_after']} files, "
-        f"read {c['bytes_read']:,} data bytes, wrote {c['bytes_written']:,} bytes, "
-        f"{c['requests']} requests"
-    )
+    for key, label in (("compaction_copied", "byte copy"), ("compaction", "re-batched")):
+        c = result[key]
+        print(
+            f"compaction ({label}): {c['seconds']:.1f} s, {c['files_before']} -> "
+            f"{c['files_after']} files, read {c['bytes_read']:,} data bytes, wrote "
+            f"{c['bytes_written']:,} bytes, {c['requests']} requests"
+        )
     ratio = result["before"]["gets"] / max(1, result["after"]["gets"])
     print(f"GETs per consumer: {ratio:.0f}x fewer after compaction")
+    for name in ("hive parquet (polars)", "hive parquet (pyarrow)"):
+        parquet = max(1, result[name]["bytes"])
+        print(
+            f"consumer bytes / {name}: {result['after, byte copy']['bytes'] / parquet:.2f}x "
+            f"after a byte copy, {result['after']['bytes'] / parquet:.2f}x re-batched"
+        )
+    seconds = result["compaction"]["seconds"] / result["compaction_copied"]["seconds"]
+    print(f"compaction time, re-batched / byte copy: {seconds:.2f}x")
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:

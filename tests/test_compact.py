@@ -81,8 +81,10 @@ def test_round_trip_local(tmp_path):
     assert report.files_before == 6 and report.files_after < 6
     assert report.bytes_read > 0 and report.bytes_written > 0
     dataset = _check_compacted(url, before)
-    # Totals are unchanged and still right (validate checks them against the indexes, M9).
-    assert dataset.manifest.sizes == written.manifest.sizes
+    # Rows per subpartition are unchanged; the byte totals follow the re-batched chunks
+    # (validate checks both against the indexes, M9).
+    assert dataset.manifest.sizes is not None and written.manifest.sizes is not None
+    assert dataset.manifest.sizes.rows == written.manifest.sizes.rows
     broadcast = dataset.stats().filter(pa.compute.field("broadcast"))
     assert broadcast.num_rows > 0
     merged = dataset.file(0)
@@ -219,6 +221,8 @@ def _datasets(draw: Any) -> dict[str, Any]:
         "target": draw(st.sampled_from([1, 3000, 9000, 10**9])),
         "memory": draw(st.sampled_from([1, 1500, 5000, 10**9])),
         "seed": draw(st.integers(0, 2**16)),
+        "rebatch": draw(st.sampled_from(["auto", True, False])),
+        "batch_rows": draw(st.sampled_from([1, 5, 40, 65536])),
     }
 
 
@@ -258,11 +262,34 @@ def test_property_rows_unchanged(case):
         url = os.path.join(tmp, "ds")
         _write_mixed(url, case)
         before = _multisets(url)
+        order = _regular_order(url)
         manifest = decode_manifest(read_manifest_bytes(url))
-        arrowshuffle.compact(url, target_file_size=case["target"], memory=case["memory"])
+        arrowshuffle.compact(
+            url,
+            target_file_size=case["target"],
+            memory=case["memory"],
+            rebatch=case["rebatch"],
+            batch_rows=case["batch_rows"],
+        )
         dataset = _check_compacted(url, before)
-        assert dataset.manifest.sizes == manifest.sizes
+        # Each subpartition's rows keep their write order (broadcast rows aside: broadcast
+        # regions follow the regular ones in a merged file).
+        assert _regular_order(url) == order
+        assert dataset.manifest.sizes is not None and manifest.sizes is not None
+        assert dataset.manifest.sizes.rows == manifest.sizes.rows
+        if case["rebatch"] is False:
+            assert dataset.manifest.sizes == manifest.sizes  # chunks copied byte for byte
         assert dataset.num_rows == manifest.total_rows
+
+
+def _regular_order(url: str) -> dict[int, list[int]]:
+    """Per subpartition, the ids of its non-broadcast rows in the order a reader returns them."""
+    dataset = arrowshuffle.open_dataset(url)
+    out = {}
+    for s in range(dataset.num_subpartitions):
+        table = dataset.read(s)
+        out[s] = table.filter(pa.compute.not_equal(table["sp"], -1))["id"].to_pylist()
+    return out
 
 
 # ---------------------------------------------------------------------- killed compaction
@@ -450,7 +477,8 @@ def test_cli_and_spark_compaction_on_s3(spark, s3_endpoint, s3_bucket):
         _check_compacted(url, before, storage)
 
 
-def test_a_chunk_whose_bytes_are_not_its_messages_is_refused_as_v17(tmp_path):
+@pytest.mark.parametrize("rebatch", [False, True])
+def test_a_chunk_whose_bytes_are_not_its_messages_is_refused_as_v17(tmp_path, rebatch):
     """Bytes that match their CRC32C but are not the declared messages stop compaction (V17)."""
     import dataclasses
 
@@ -481,7 +509,7 @@ def test_a_chunk_whose_bytes_are_not_its_messages_is_refused_as_v17(tmp_path):
     assert arrowshuffle.validate_dataset(url).ok  # only a deep check of chunks tells
 
     with pytest.raises(arrowshuffle.CorruptFileError) as caught:
-        arrowshuffle.compact(url, target_file_size=1 << 30)
+        arrowshuffle.compact(url, target_file_size=1 << 30, rebatch=rebatch)
     assert caught.value.rule == "V17"
     assert manifest_in_force(url) == manifest_path  # nothing was replaced
     assert manifest_path.read_bytes() == before

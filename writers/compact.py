@@ -6,16 +6,23 @@ order, up to a target size of data) as one file each: every region of the output
 each subpartition in order, that subpartition's chunks from all the input regions it merges,
 so a consumer then makes one read per output region instead of one per input file and region.
 
-* **No re-encoding.** A chunk is a run of encapsulated record-batch messages; they are copied as
-  bytes (each batch keeps the codec its message declares, spec section 4 rule 8, so inputs with
-  different codecs merge as they are). The data file is still a plain Arrow IPC file: its header
-  and its footer come from pyarrow (a throwaway file of the same schema, footer metadata and
-  number of batches), and the footer's batch Blocks are patched with the copied messages'
-  places (:mod:`arrowshuffle.format.ipc_file`).
+* **Copied, or re-batched when tiny.** A chunk is a run of encapsulated record-batch messages;
+  by default they are copied as bytes (each batch keeps the codec its message declares, spec
+  section 4 rule 8, so inputs with different codecs merge as they are). Many tiny producers
+  leave chunks of a few rows each, whose per-message metadata and poorly compressed buffers
+  would make a consumer read several times the bytes of the same rows in Parquet: such runs
+  of one subpartition are decoded and re-encoded as batches of up to ``batch_rows`` rows
+  (``rebatch``, :func:`~arrowshuffle.writers.merge.merge_group`), whole input batches
+  concatenated in order. The data file is still a plain Arrow IPC file: its header and its
+  footer come from pyarrow (a throwaway file of the same schema, footer metadata and number of
+  batches), and the footer's batch Blocks are patched with the written messages' places
+  (:mod:`arrowshuffle.format.ipc_file`).
 * **Bounded memory.** Input regions are read whole, as sequential ranges, and an output region
   takes consecutive input regions while their bytes fit ``memory`` (at least one; a region
   larger than ``memory`` is read chunk run by chunk run, a single chunk at most being held
-  beyond the budget).
+  beyond the budget). Re-batching works on one subpartition's run of an output region at a
+  time: its decoded batches (as large as its bytes, or their decompressed size) and one
+  re-encoded batch are held beside the region's input bytes.
 * **Broadcast stays broadcast.** Broadcast input regions are merged into broadcast output
   regions (one chunk each), after the group's regular regions.
 * **Same partitioner.** Every file of a dataset carries the manifest's partitioner spec, up to
@@ -40,27 +47,47 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+
 from arrowshuffle.format.errors import CommitConflictError, InvalidOptionError, MissingObjectError
 from arrowshuffle.format.manifest import Manifest, ManifestFile
 from arrowshuffle.format.manifest_rules import check_file_counts
 from arrowshuffle.format.naming import new_file_name, new_job_id
 from arrowshuffle.format.notation import parse_bytes
 from arrowshuffle.format.partitioners import dataset_spec
-from arrowshuffle.readers.storage import Location, resolve
+from arrowshuffle.readers.file_reader import ShuffleFile
+from arrowshuffle.readers.storage import Location, member, resolve
 from arrowshuffle.writers.commit import Base, CommitOutcomeUnknownError, commit_version
 from arrowshuffle.writers.dataset_writer import abort_dataset, manifest_entry, read_manifest
 from arrowshuffle.writers.file_writer import WrittenFile
-from arrowshuffle.writers.merge import DEFAULT_MEMORY, CompactionGroup, Progress, merge_group
+from arrowshuffle.writers.merge import (
+    AUTO_REBATCH_BYTES,
+    DEFAULT_BATCH_ROWS,
+    DEFAULT_MEMORY,
+    CompactionGroup,
+    MergedGroup,
+    Progress,
+    Rebatch,
+    check_rebatch,
+    input_bytes,
+    merge_files,
+    merge_group,
+)
 
 __all__ = [
+    "AUTO_REBATCH_BYTES",
+    "DEFAULT_BATCH_ROWS",
     "DEFAULT_MEMORY",
     "DEFAULT_TARGET_FILE_SIZE",
     "CompactionGroup",
     "CompactionJob",
     "CompactionReport",
+    "MergedGroup",
     "Progress",
+    "Rebatch",
     "commit_compaction",
     "compact",
+    "merge_files",
     "merge_group",
     "plan_groups",
     "start_compaction",
@@ -148,6 +175,7 @@ def commit_compaction(
     *,
     job_id: str,
     progress: Progress | None = None,
+    replaced_bytes: dict[int, Sequence[int]] | None = None,
 ) -> Manifest:
     """Commit the next version: merged groups by their new file, other files as they are.
 
@@ -159,12 +187,18 @@ def commit_compaction(
     The replaced files stay until vacuum expires the versions that list them, so readers of
     those versions keep reading.
 
+    The per-subpartition byte totals change by what each new file holds less its inputs
+    (re-batched chunks change in size; rows never do): ``replaced_bytes`` gives the inputs'
+    bytes per group as the merge counted them; for a group it lacks, the inputs' indexes are
+    read again.
+
     Raises:
         CommitConflictError: some merged file is no longer listed by the version in force.
         ShuffleIOError: the manifest could not be written.
     """
     written = list(outputs.values())
     _check_totals(before, groups, outputs)
+    delta = _bytes_delta(directory, before, groups, outputs, replaced_bytes or {})
     merged = {
         group.index: [before.files[i] for i in group.files]
         for group in groups
@@ -193,11 +227,19 @@ def commit_compaction(
                 files.append(manifest_entry(directory, outputs[firsts[f]]))
             elif f not in replaced:
                 files.append(f)
+        sizes = current.sizes
+        if sizes is not None and delta is not None:
+            # Merging moves chunks between files, never rows; re-batching resizes chunks.
+            sizes = dataclasses.replace(
+                sizes, bytes=tuple((np.array(sizes.bytes, dtype=np.int64) + delta).tolist())
+            )
+        elif delta is None:
+            sizes = None  # unknown: readers fall back to the indexes
         return dataclasses.replace(
             current,
             partitioner=dataset_spec(current.partitioner),
             files=tuple(files),
-            # Merging moves chunks between files but never changes a subpartition's totals.
+            sizes=sizes,
         )
 
     try:
@@ -211,6 +253,42 @@ def commit_compaction(
     if progress is not None:
         progress(f"committed version {manifest.version}")
     return manifest
+
+
+def _bytes_delta(
+    directory: Location,
+    before: Manifest,
+    groups: Sequence[CompactionGroup],
+    outputs: dict[int, WrittenFile],
+    replaced: dict[int, Sequence[int]],
+) -> np.ndarray | None:
+    """Per subpartition, the new files' bytes less their inputs' (None: a new file has none)."""
+    n = before.num_subpartitions
+    delta = np.zeros(n, dtype=np.int64)
+    if before.sizes is None:
+        return delta  # no totals to keep
+    for group in groups:
+        out = outputs.get(group.index)
+        if out is None:
+            continue
+        if len(out.subpartition_bytes) != n:
+            return None
+        old = replaced.get(group.index)
+        if old is None:
+            old = input_bytes((_read_entries(directory, before.files[i]) for i in group.files), n)
+        delta += np.array(out.subpartition_bytes, dtype=np.int64)
+        delta -= np.array(old, dtype=np.int64)
+    return delta
+
+
+def _read_entries(directory: Location, entry: ManifestFile) -> np.ndarray:
+    shuffle_file = ShuffleFile(
+        member(directory, entry.data), data_size=entry.data_size, index_size=entry.index_size
+    )
+    try:
+        return shuffle_file.entries()
+    finally:
+        shuffle_file.close()
 
 
 def _check_totals(
@@ -236,6 +314,8 @@ def compact(
     target_file_size: int | str = DEFAULT_TARGET_FILE_SIZE,
     storage_options: dict[str, Any] | None = None,
     memory: int | str = DEFAULT_MEMORY,
+    rebatch: Rebatch = "auto",
+    batch_rows: int = DEFAULT_BATCH_ROWS,
     dry_run: bool = False,
     progress: Progress | None = None,
 ) -> CompactionReport:
@@ -250,6 +330,12 @@ def compact(
         target_file_size: the most data bytes of one group, e.g. ``"1GiB"`` or ``268435456``.
         storage_options: passed to fsspec for URLs.
         memory: bytes of input regions held at once while merging.
+        rebatch: ``"auto"`` (default) re-encodes a subpartition's merged chunks as fewer,
+            larger batches when their batches average under 64 KiB, and copies larger ones as
+            bytes; True re-encodes whenever that makes fewer batches; False only copies.
+            Re-encoded batches use the codec of most of the inputs' bytes; rows keep their
+            order within each subpartition.
+        batch_rows: the most rows of one re-encoded batch (input batches are never split).
         dry_run: only plan the groups; nothing is read or written beyond the manifest.
         progress: called with one line per step (regions written, files published, commit).
 
@@ -265,30 +351,41 @@ def compact(
         >>> arrowshuffle.compact("s3://bucket/shuffle", target_file_size="512MiB")  # doctest: +SKIP
     """
     job = start_compaction(
-        path, target_file_size=target_file_size, storage_options=storage_options, memory=memory
+        path,
+        target_file_size=target_file_size,
+        storage_options=storage_options,
+        memory=memory,
+        rebatch=rebatch,
+        batch_rows=batch_rows,
     )
     if dry_run or not job.merged:
         return job.report(dry_run=dry_run)
     job_id = new_job_id()
     outputs: dict[int, WrittenFile] = {}
+    replaced: dict[int, Sequence[int]] = {}
     bytes_read = 0
     try:
         for group in job.merged:
-            written, read = merge_group(
+            merged = merge_files(
                 job.directory,
                 [job.before.files[i] for i in group.files],
                 name=new_file_name(group.index, job_id=job_id),
                 num_subpartitions=job.before.num_subpartitions,
                 partitioner=job.before.partitioner,
                 memory=job.memory,
+                rebatch=job.rebatch,
+                batch_rows=job.batch_rows,
                 progress=progress,
             )
-            outputs[group.index] = written
-            bytes_read += read
+            outputs[group.index] = merged.written
+            replaced[group.index] = merged.input_bytes
+            bytes_read += merged.bytes_read
     except BaseException:
         job.abort(outputs, job_id=job_id)
         raise
-    return job.finish(outputs, bytes_read, job_id=job_id, progress=progress)
+    return job.finish(
+        outputs, bytes_read, job_id=job_id, progress=progress, replaced_bytes=replaced
+    )
 
 
 @dataclass(frozen=True)
@@ -304,6 +401,8 @@ class CompactionJob:
     groups: tuple[CompactionGroup, ...]
     memory: int
     started: float
+    rebatch: Rebatch = "auto"
+    batch_rows: int = DEFAULT_BATCH_ROWS
 
     @property
     def merged(self) -> list[CompactionGroup]:
@@ -338,10 +437,17 @@ class CompactionJob:
         *,
         job_id: str,
         progress: Progress | None = None,
+        replaced_bytes: dict[int, Sequence[int]] | None = None,
     ) -> CompactionReport:
         """Commit the merged files (see :func:`commit_compaction`) and report."""
         commit_compaction(
-            self.directory, self.before, self.groups, outputs, job_id=job_id, progress=progress
+            self.directory,
+            self.before,
+            self.groups,
+            outputs,
+            job_id=job_id,
+            progress=progress,
+            replaced_bytes=replaced_bytes,
         )
         return self.report(outputs=outputs, bytes_read=bytes_read)
 
@@ -356,6 +462,8 @@ def start_compaction(
     target_file_size: int | str,
     storage_options: dict[str, Any] | None,
     memory: int | str,
+    rebatch: Rebatch = "auto",
+    batch_rows: int = DEFAULT_BATCH_ROWS,
 ) -> CompactionJob:
     """Check the options, read the manifest and group its files.
 
@@ -367,10 +475,11 @@ def start_compaction(
     budget = parse_bytes(memory, name="memory")
     if budget < 1:
         raise InvalidOptionError(f"memory must be at least 1 byte, found {budget}")
+    rebatch, batch_rows = check_rebatch(rebatch, batch_rows)
     directory = resolve(path, storage_options)
     before = _require_manifest(directory)
     groups = tuple(plan_groups(before, target_file_size))
-    return CompactionJob(directory, before, groups, budget, started)
+    return CompactionJob(directory, before, groups, budget, started, rebatch, batch_rows)
 
 
 def _require_manifest(directory: Location) -> Manifest:

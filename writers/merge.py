@@ -1,20 +1,23 @@
 """Merging one group of files into one: the data-moving half of compaction.
 
 Each output region takes consecutive input regions while their bytes fit the memory budget and
-holds, for each subpartition in order, their chunks copied as bytes (CRC32C checked first); the
-data file is framed by a header and a footer that pyarrow writes for the same schema, with the
-footer's batch Blocks patched to the copied messages (:mod:`arrowshuffle.format.ipc_file`).
+holds, for each subpartition in order, that subpartition's chunks of those regions (CRC32C
+checked first): copied as bytes, or, when they hold many small batches, decoded and re-encoded
+as fewer, larger batches (*re-batching*, see :func:`merge_group`). The data file is framed by a
+header and a footer that pyarrow writes for the same schema, with the footer's batch Blocks
+patched to the written messages (:mod:`arrowshuffle.format.ipc_file`).
 See :mod:`arrowshuffle.writers.compact` for planning and committing.
 """
 
 from __future__ import annotations
 
 import array
+import contextlib
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import IO, Any
+from typing import IO, Any, Literal, NamedTuple
 
 import numpy as np
 import pyarrow as pa
@@ -55,13 +58,23 @@ from arrowshuffle.readers.file_reader import ShuffleFile
 from arrowshuffle.readers.proof import check_run
 from arrowshuffle.readers.source import ByteSource
 from arrowshuffle.readers.storage import Location, member
-from arrowshuffle.writers.file_writer import WrittenFile
+from arrowshuffle.writers.file_writer import DEFAULT_MAX_BATCH_ROWS, WrittenFile
 from arrowshuffle.writers.output import AtomicOutput, remove_quietly
 
 #: Bytes of input regions a merge holds at once, by default.
 DEFAULT_MEMORY = "256MiB"
 #: Input files opened (and, on object stores, fetched) at the same time.
 IO_WORKERS = 16
+
+#: Rows of one re-encoded batch at most, by default (the writer's ``max_batch_rows``).
+DEFAULT_BATCH_ROWS = DEFAULT_MAX_BATCH_ROWS
+#: ``rebatch="auto"`` re-encodes a subpartition's chunks when their batches average fewer
+#: bytes than this: below it, per-batch message metadata and per-buffer compression framing
+#: are a sizeable share of the bytes a consumer reads; above it, copying bytes is cheaper.
+AUTO_REBATCH_BYTES = 64 * 1024
+
+#: When a merge re-encodes small batches: ``"auto"``, always (True) or never (False).
+Rebatch = Literal["auto"] | bool
 
 #: Called with one line of progress ("wrote region 3 of part-…", "committed manifest", …).
 Progress = Callable[[str], None]
@@ -160,6 +173,20 @@ class _TailSink:
         self.closed = True
 
 
+def check_rebatch(rebatch: object, batch_rows: object) -> tuple[Rebatch, int]:
+    """Check the re-batching options of a merge.
+
+    Raises:
+        InvalidOptionError: ``rebatch`` is not ``"auto"``, True or False, or ``batch_rows`` is
+            not a positive integer.
+    """
+    if not (rebatch == "auto" or isinstance(rebatch, bool)):
+        raise InvalidOptionError(f"rebatch must be 'auto', True or False, found {rebatch!r}")
+    if isinstance(batch_rows, bool) or not isinstance(batch_rows, int) or batch_rows < 1:
+        raise InvalidOptionError(f"batch_rows must be a positive integer, found {batch_rows!r}")
+    return ("auto" if isinstance(rebatch, str) else rebatch), batch_rows
+
+
 def ipc_file_frame(
     schema: pa.Schema, metadata: dict[bytes, bytes], batches: int
 ) -> tuple[bytes, bytes]:
@@ -239,8 +266,50 @@ def _majority_codec(inputs: list[_Input]) -> str:
     return max(weight, key=lambda c: weight[c]) if weight else "none"
 
 
+class _Piece(NamedTuple):
+    """One input chunk of a run: its bytes and what its entry declares of them."""
+
+    data: pa.Buffer
+    batches: int
+    rows: int
+    crc: int
+    where: Callable[[], str]
+
+
+class _Collector:
+    """A write-only stream whose bytes are taken out after each write (the encoder's sink)."""
+
+    def __init__(self) -> None:
+        self.data = bytearray()
+        self.closed = False
+
+    def write(self, data: Any) -> int:
+        view = memoryview(data).cast("B")
+        self.data += view
+        return len(view)
+
+    def take(self) -> bytes:
+        out, self.data = bytes(self.data), bytearray()
+        return out
+
+    def writable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return False
+
+    def readable(self) -> bool:
+        return False
+
+    def flush(self) -> None:
+        return None
+
+    def close(self) -> None:
+        self.closed = True
+
+
 class _GroupWriter:
-    """Writes one merged data file: header, copied chunks, patched footer; then its index."""
+    """Writes one merged data file: header, chunks (copied or re-encoded), patched footer."""
 
     def __init__(
         self,
@@ -249,6 +318,10 @@ class _GroupWriter:
         schema: pa.Schema,
         num_subpartitions: int,
         url: str,
+        *,
+        rebatch: Rebatch = False,
+        batch_rows: int = DEFAULT_BATCH_ROWS,
+        codec: str = "none",
     ) -> None:
         self._out = out
         self.schema = schema
@@ -259,34 +332,164 @@ class _GroupWriter:
         self.entries: list[np.ndarray] = []
         self.num_subpartitions = num_subpartitions
         self.bytes_read = 0
+        self.rebatch = rebatch
+        self.batch_rows = batch_rows
+        self.codec = codec
+        self._sink: _Collector | None = None
+        self._encoder: pa.ipc.RecordBatchStreamWriter | None = None
+        self._schema_message: pa.Buffer | None = None
         self._write(header)
 
     def _write(self, data: Any) -> None:
         self._out.write(data)
         self.position += memoryview(data).nbytes
 
-    def copy_chunk(
-        self, data: pa.Buffer, batches: int, rows: int, crc: int, where: Callable[[], str]
-    ) -> None:
-        """Append one input chunk after checking its bytes against the CRC32C of its entry."""
-        damaged = check_chunk_crc(data, crc, where)
-        if damaged is not None:
-            raise damaged.error("the input is damaged, nothing was replaced")
+    def write_run(self, pieces: Sequence[_Piece]) -> tuple[int, int, int]:
+        """Append one subpartition's chunks of an output region, in order.
+
+        Every chunk's bytes are checked against the CRC32C of its entry first. They are copied
+        as they are, or re-encoded as fewer batches when :meth:`_rebatches` says so.
+
+        Returns:
+            ``(length, batches, crc32c)`` of the bytes written.
+        """
+        for piece in pieces:
+            damaged = check_chunk_crc(piece.data, piece.crc, piece.where)
+            if damaged is not None:
+                raise damaged.error("the input is damaged, nothing was replaced")
+        start = self.position
+        if self._rebatches(pieces):
+            batches = self._decode(pieces)
+            groups = group_batches([b.num_rows for b in batches], self.batch_rows)
+            if len(groups) < len(batches):
+                crc = 0
+                for first, stop in groups:
+                    crc = self._encode(batches[first:stop], crc)
+                return self.position - start, len(groups), crc
+        crc = total = 0
+        for piece in pieces:
+            self._copy(piece)
+            crc = crc32c(piece.data, crc)
+            total += piece.batches
+        return self.position - start, total, crc
+
+    def _rebatches(self, pieces: Sequence[_Piece]) -> bool:
+        """Re-encode a run: it may become fewer batches, and (auto) its batches are small."""
+        if self.rebatch is False:
+            return False
+        batches = sum(p.batches for p in pieces)
+        rows = sum(p.rows for p in pieces)
+        if batches <= max(1, -(-rows // self.batch_rows)):
+            return False  # as few batches as the target allows already
+        if self.rebatch is True:
+            return True
+        size: int = sum(p.data.size for p in pieces)
+        return size < AUTO_REBATCH_BYTES * batches
+
+    def _decode(self, pieces: Sequence[_Piece]) -> list[pa.RecordBatch]:
+        """The run's batches, every chunk holding the batches and rows its entry declares.
+
+        The chunks are decoded as one stream (their schema's message, then their messages):
+        one call into Arrow for the run rather than two per batch. Only when that fails or
+        the counts disagree is each chunk decoded alone, for the message naming how (V17).
+        """
+        if self._schema_message is None:
+            self._schema_message = self.schema.serialize()
+        data = pa.py_buffer(b"".join([self._schema_message, *(p.data for p in pieces)]))
+        batches: list[pa.RecordBatch] | None = None
+        # On failure, each chunk alone says what is wrong (below).
+        with contextlib.suppress(pa.ArrowException, OSError, EOFError):
+            batches = list(pa.ipc.open_stream(data).read_all().to_batches())
+        counts = np.array([p.batches for p in pieces], dtype=np.int64)
+        if batches is not None and len(batches) == counts.sum() and (counts > 0).all():
+            rows = np.array([b.num_rows for b in batches], dtype=np.int64)
+            starts = np.concatenate(([0], np.cumsum(counts)[:-1]))
+            declared = np.array([p.rows for p in pieces], dtype=np.int64)
+            if np.array_equal(np.add.reduceat(rows, starts), declared):
+                return batches
+        for p in pieces:
+            decode_chunk(p.data, self.schema, p.batches, p.rows, p.where(), full=False)
+        raise CorruptFileError(  # cannot happen once each chunk decodes as declared
+            f"{self.url}: merged chunks of {pieces[0].where()} do not decode as one run"
+        )
+
+    def _copy(self, piece: _Piece) -> None:
         try:
-            messages = walk_messages(data, batches)
+            messages = walk_messages(piece.data, piece.batches)
         except CorruptFileError:
             # Bytes that are not the declared messages break V17: its one check names how
             # (decoding only on this path keeps the copy free of per-batch decoding).
-            decode_chunk(data, self.schema, batches, rows, where(), full=False)
+            decode_chunk(
+                piece.data, self.schema, piece.batches, piece.rows, piece.where(), full=False
+            )
             raise
         position = self.position
         for offset, meta, body in messages:
             self.blocks.extend((position + offset, meta, body))
+        self._write(piece.data)
+
+    def _encode(self, batches: Sequence[pa.RecordBatch], crc: int) -> int:
+        """Write ``batches`` concatenated as one record-batch message; return the running CRC."""
+        if self._encoder is None:
+            self._sink = _Collector()
+            options = pa.ipc.IpcWriteOptions(
+                compression=None if self.codec == "none" else self.codec
+            )
+            self._encoder = pa.ipc.new_stream(
+                pa.PythonFile(self._sink, mode="w"), self.schema, options=options
+            )
+            # The stream starts with its schema message: written (with an empty batch) and
+            # dropped here, so that each later write leaves exactly one record-batch message.
+            self._encoder.write_batch(empty_batch(self.schema))
+            self._sink.take()
+        assert self._sink is not None
+        # Whole input batches are concatenated, never sliced: a slice of a view-type column
+        # would carry every data buffer the column references.
+        batch = batches[0] if len(batches) == 1 else pa.concat_batches(list(batches))
+        self._encoder.write_batch(batch)
+        data = self._sink.take()
+        ((offset, meta, body),) = walk_messages(data, 1)
+        self.blocks.extend((self.position + offset, meta, body))
         self._write(data)
+        return crc32c(data, crc)
 
     def add_region(self, entries: np.ndarray, start: int, broadcast: bool) -> None:
         self.regions.append((start, self.position - start, REGION_BROADCAST if broadcast else 0, 0))
         self.entries.append(entries)
+
+
+def group_batches(rows: Sequence[int], limit: int) -> list[tuple[int, int]]:
+    """Runs ``[first, stop)`` of consecutive batches holding at most ``limit`` rows each.
+
+    A batch of more than ``limit`` rows is a run of its own (batches are never split).
+    """
+    out: list[tuple[int, int]] = []
+    first = total = 0
+    for i, n in enumerate(rows):
+        if i > first and total + n > limit:
+            out.append((first, i))
+            first, total = i, 0
+        total += n
+    if rows:
+        out.append((first, len(rows)))
+    return out
+
+
+@dataclass(frozen=True)
+class MergedGroup:
+    """What merging one group did.
+
+    Attributes:
+        written: the new pair.
+        bytes_read: data bytes read from the inputs.
+        input_bytes: per subpartition, the chunk bytes of the inputs added up (a broadcast
+            chunk counted for each subpartition), which the new file replaces in the
+            manifest's totals: re-batched chunks change in size.
+    """
+
+    written: WrittenFile
+    bytes_read: int
+    input_bytes: tuple[int, ...]
 
 
 def merge_group(
@@ -297,8 +500,45 @@ def merge_group(
     num_subpartitions: int,
     partitioner: dict[str, Any],
     memory: int | str = DEFAULT_MEMORY,
+    rebatch: Rebatch = "auto",
+    batch_rows: int = DEFAULT_BATCH_ROWS,
     progress: Progress | None = None,
 ) -> tuple[WrittenFile, int]:
+    """:func:`merge_files`, returning what was published and the data bytes read."""
+    merged = merge_files(
+        directory,
+        files,
+        name=name,
+        num_subpartitions=num_subpartitions,
+        partitioner=partitioner,
+        memory=memory,
+        rebatch=rebatch,
+        batch_rows=batch_rows,
+        progress=progress,
+    )
+    return merged.written, merged.bytes_read
+
+
+def input_bytes(entries: Iterable[np.ndarray], num_subpartitions: int) -> tuple[int, ...]:
+    """Per subpartition, the chunk bytes of files with these index entries (N, R) added up."""
+    total = np.zeros(num_subpartitions, dtype=np.uint64)
+    for e in entries:
+        total += e["length"].sum(axis=1, dtype=np.uint64)
+    return tuple(total.tolist())
+
+
+def merge_files(
+    directory: Location,
+    files: Sequence[ManifestFile],
+    *,
+    name: str,
+    num_subpartitions: int,
+    partitioner: dict[str, Any],
+    memory: int | str = DEFAULT_MEMORY,
+    rebatch: Rebatch = "auto",
+    batch_rows: int = DEFAULT_BATCH_ROWS,
+    progress: Progress | None = None,
+) -> MergedGroup:
     """Merge ``files`` (consecutive files of a dataset) into one new file ``name``.
 
     The new pair is published under its final name (data first, then index) but is not part
@@ -312,16 +552,24 @@ def merge_group(
         partitioner: the dataset's partitioner spec (every input must carry it, rule M6); the
             new file carries it without per-producer fields.
         memory: bytes of input regions held at once (see the module documentation).
+        rebatch: whether a subpartition's chunks in an output region are re-encoded as fewer,
+            larger batches: consecutive whole batches are concatenated up to ``batch_rows``
+            rows (never split), in order, and encoded with the codec of most of the inputs'
+            bytes. ``"auto"`` does so when their batches average under
+            :data:`AUTO_REBATCH_BYTES` bytes (tiny producers' chunks) and copies larger ones
+            as bytes; True whenever it makes fewer batches; False never (a byte copy).
+        batch_rows: the most rows of one re-encoded batch (a larger input batch is kept).
         progress: called with a line after each output region and at publication.
 
     Returns:
-        What was published, and the data bytes read from the inputs.
+        What was published, the data bytes read and the inputs' bytes per subpartition.
 
     Raises:
         CorruptFileError: an input contradicts the manifest or its own index.
         ChecksumMismatchError: an input chunk's bytes do not match their CRC32C.
     """
     budget = parse_bytes(memory, name="memory")
+    rebatch, batch_rows = check_rebatch(rebatch, batch_rows)
     # The merged file may hold several producers' rows: it names none of them.
     partitioner = dataset_spec(partitioner)
     inputs = _open_inputs(directory, files, num_subpartitions, partitioner)
@@ -339,24 +587,29 @@ def merge_group(
             raise found[0].error()
     regular: list[_RegionRef] = []
     broadcast: list[_RegionRef] = []
-    batches = 0
     for f, item in enumerate(inputs):
         for r, region in enumerate(item.regions):
             ref = _RegionRef(f, r, int(region["offset"]), int(region["length"]))
-            if int(region["flags"]) & REGION_BROADCAST:
-                broadcast.append(ref)
-                batches += int(item.entries[0, r]["batches"]) if num_subpartitions else 0
-            else:
-                regular.append(ref)
-                batches += int(item.entries[:, r]["batches"].sum())
+            (broadcast if int(region["flags"]) & REGION_BROADCAST else regular).append(ref)
     file_id = uuid.uuid4().bytes
     metadata = {FILE_ID_KEY: file_id.hex().encode()}
-    header, footer = ipc_file_frame(schema, metadata, batches)
+    # The header does not depend on the number of batches, which re-batching learns on the way.
+    header, _ = ipc_file_frame(schema, metadata, 0)
     location = directory.child(name)
     data_out = AtomicOutput(location)
     index_out: AtomicOutput | None = None
     try:
-        writer = _GroupWriter(data_out.file, header, schema, num_subpartitions, location.url)
+        codec = _majority_codec(inputs)
+        writer = _GroupWriter(
+            data_out.file,
+            header,
+            schema,
+            num_subpartitions,
+            location.url,
+            rebatch=rebatch,
+            batch_rows=batch_rows,
+            codec=codec,
+        )
         packed = _pack(regular, budget)
         packed_broadcast = _pack(broadcast, budget)
         total = len(packed) + len(packed_broadcast)
@@ -368,12 +621,17 @@ def merge_group(
             _merge_broadcast(writer, inputs, refs)
             if progress is not None:
                 progress(f"{name}: wrote region {done} of {total}")
+        batches = sum(
+            int(e[0]["batches"]) if flags & REGION_BROADCAST else int(e["batches"].sum())
+            for e, (_, _, flags, _) in zip(writer.entries, writer.regions, strict=True)
+        )
         if len(writer.blocks) != 3 * batches:  # cannot happen once V11 and V17 hold
             raise CorruptFileError(
-                f"{location.url}: the inputs' indexes declare {batches} batches, their chunks "
+                f"{location.url}: the new index declares {batches} batches, the written chunks "
                 f"hold {len(writer.blocks) // 3}"
             )
         blocks = np.frombuffer(writer.blocks, dtype=np.int64).reshape(-1, 3)
+        _, footer = ipc_file_frame(schema, metadata, batches)
         data_out.file.write(file_tail(patch_footer_blocks(footer, blocks)))
         data_size = writer.position + len(file_tail(footer))
         entries = (
@@ -388,7 +646,7 @@ def merge_group(
             data_length=data_size,
             regions=np.array(writer.regions, dtype=REGION_DTYPE),
             entries=entries,
-            compression=_majority_codec(inputs),
+            compression=codec,
         )
         index_location = location.sibling(INDEX_SUFFIX)
         index_out = AtomicOutput(index_location)
@@ -424,7 +682,8 @@ def merge_group(
         subpartition_bytes=tuple(entries["length"].sum(axis=1, dtype=np.uint64).tolist()),
         subpartition_rows=tuple(entries["rows"].sum(axis=1, dtype=np.uint64).tolist()),
     )
-    return written, writer.bytes_read
+    replaced = input_bytes((item.entries for item in inputs), num_subpartitions)
+    return MergedGroup(written, writer.bytes_read, replaced)
 
 
 def _source(item: _Input) -> ByteSource:
@@ -463,9 +722,8 @@ def _merge_regular(
     start = writer.position
     columns = [inputs[r.file].entries[:, r.region] for r in refs]
     entries = np.zeros(writer.num_subpartitions, dtype=ENTRY_DTYPE)
-    for name in ("length", "rows", "batches"):
-        entries[name] = np.sum([c[name] for c in columns], axis=0, dtype=np.uint64)
-    crcs = np.zeros(writer.num_subpartitions, dtype=np.uint32)
+    entries["rows"] = np.sum([c["rows"] for c in columns], axis=0, dtype=np.uint64)
+    present = np.asarray(np.sum([c["length"] for c in columns], axis=0, dtype=np.uint64) > 0)
     pieces: Iterable[tuple[int, int, list[tuple[int, pa.Buffer]]]]
     if len(refs) == 1 and refs[0].length > budget:
         pieces = _large_region_pieces(writer, inputs[refs[0].file], refs[0], budget)
@@ -485,22 +743,28 @@ def _merge_regular(
         )
         for c in columns
     ]
+    written: list[tuple[int, int, int, int]] = []  # (subpartition, length, batches, crc32c)
     for first, stop, based in pieces:
-        for s in (first + np.flatnonzero(entries["length"][first:stop])).tolist():
-            crc = 0
+        for s in (first + np.flatnonzero(present[first:stop])).tolist():
+            run: list[_Piece] = []
             for j, (offsets, lengths, batches, rows, checks) in enumerate(lists):
                 length = lengths[s]
                 if length == 0:
                     continue
                 base, buffer = based[j]
                 piece = buffer.slice(offsets[s] - base, length)
-                where = _where(inputs, refs[j], s)
-                writer.copy_chunk(piece, batches[s], rows[s], checks[s], where)
-                crc = crc32c(piece, crc)
-            crcs[s] = crc
-    _place(entries, start, crcs)
+                run.append(
+                    _Piece(piece, batches[s], rows[s], checks[s], _where(inputs, refs[j], s))
+                )
+            written.append((s, *writer.write_run(run)))
+    if written:
+        at, length, batches, crcs = (np.array(c) for c in zip(*written, strict=True))
+        entries["length"][at] = length
+        entries["batches"][at] = batches
+        entries["crc32c"][at] = crcs
+    _place(entries, start)
     if start + int(entries["length"].sum()) != writer.position:
-        # Cannot happen once the inputs' layouts are proven (V9): every chunk is copied whole.
+        # Cannot happen once the inputs' layouts are proven (V9): every chunk is written whole.
         raise CorruptFileError(f"{writer.url}: merged chunks do not fill their region")
     writer.add_region(entries, start, broadcast=False)
 
@@ -534,30 +798,33 @@ def _large_region_pieces(
         s = stop
 
 
-def _place(entries: np.ndarray, start: int, crcs: np.ndarray) -> None:
-    """Chunk offsets of a region from its start (chunks are contiguous) and their CRC32Cs."""
+def _place(entries: np.ndarray, start: int) -> None:
+    """Chunk offsets of a region from its start (chunks are contiguous)."""
     lengths = entries["length"].astype(np.int64)
     entries["offset"] = start + np.concatenate(([0], np.cumsum(lengths)[:-1])).astype(np.int64)
-    entries["crc32c"] = crcs
 
 
 def _merge_broadcast(writer: _GroupWriter, inputs: list[_Input], refs: list[_RegionRef]) -> None:
-    """One broadcast output region: the input broadcast chunks, one after another."""
+    """One broadcast output region: the input broadcast chunks as one chunk."""
     start = writer.position
     buffers = _fetch(inputs, [(r.file, r.offset, r.offset + r.length) for r in refs])
     writer.bytes_read += sum(b.size for b in buffers)
-    crc = rows = batches = 0
+    run: list[_Piece] = []
     for ref, buffer in zip(refs, buffers, strict=True):
         entry = inputs[ref.file].entries[0, ref.region]
         if int(entry["length"]) == 0:
             continue
-        where = _where(inputs, ref, 0)
-        writer.copy_chunk(
-            buffer, int(entry["batches"]), int(entry["rows"]), int(entry["crc32c"]), where
+        run.append(
+            _Piece(
+                buffer,
+                int(entry["batches"]),
+                int(entry["rows"]),
+                int(entry["crc32c"]),
+                _where(inputs, ref, 0),
+            )
         )
-        crc = crc32c(buffer, crc)
-        rows += int(entry["rows"])
-        batches += int(entry["batches"])
+    rows = sum(p.rows for p in run)
+    length, batches, crc = writer.write_run(run)
     entries = np.zeros(writer.num_subpartitions, dtype=ENTRY_DTYPE)
-    entries[:] = (start, writer.position - start, rows, batches, crc)
+    entries[:] = (start, length, rows, batches, crc)
     writer.add_region(entries, start, broadcast=True)

@@ -68,6 +68,7 @@ from arrowshuffle.readers.read_cost import read_cost
 from arrowshuffle.readers.storage import resolve
 from arrowshuffle.readers.validate import ValidationReport, validate_file
 from arrowshuffle.readers.validate_dataset import DatasetReport, is_dataset, validate_dataset
+from arrowshuffle.writers.compact import Rebatch
 from arrowshuffle.writers.compact import compact as compact_dataset
 from arrowshuffle.writers.output import AtomicOutput
 from arrowshuffle.writers.vacuum import vacuum as vacuum_dataset
@@ -484,6 +485,9 @@ def expired_versions(removed: Sequence[str]) -> dict[str, int]:
     return found
 
 
+_REBATCH: dict[str, Rebatch] = {"auto": "auto", "always": True, "never": False}
+
+
 def compact(args: argparse.Namespace, storage: dict[str, Any], out: Output) -> int:
     """Merge groups of consecutive small files of a dataset (or only plan them)."""
     # Options are checked before the dataset is opened: a typo costs no request.
@@ -491,12 +495,16 @@ def compact(args: argparse.Namespace, storage: dict[str, Any], out: Output) -> i
     memory = parse_bytes(args.memory, name="--memory")
     if target < 1 or memory < 1:
         raise CommandError("--target-file-size and --memory must be at least 1 byte")
+    if args.batch_rows < 1:
+        raise CommandError(f"--batch-rows must be at least 1, found {args.batch_rows}")
     # The work's size is learnt on the way: the bar shows the latest step only.
     with out.progress(1, "compact", min_total=1) as bar:
         report = compact_dataset(
             args.path,
             target_file_size=target,
             memory=memory,
+            rebatch=_REBATCH[args.rebatch],
+            batch_rows=args.batch_rows,
             storage_options=storage,
             dry_run=args.dry_run,
             progress=lambda line: bar.update(0, line),

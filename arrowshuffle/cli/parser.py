@@ -20,6 +20,7 @@ from arrowshuffle.readers.balance import (
     DEFAULT_SKEW_MIN_BYTES,
     DEFAULT_TARGET_BYTES,
 )
+from arrowshuffle.writers.compact import DEFAULT_BATCH_ROWS as DEFAULT_COMPACT_BATCH_ROWS
 from arrowshuffle.writers.compact import DEFAULT_MEMORY as DEFAULT_COMPACT_MEMORY
 from arrowshuffle.writers.compact import DEFAULT_TARGET_FILE_SIZE
 from arrowshuffle.writers.vacuum import DEFAULT_OLDER_THAN
@@ -276,6 +277,20 @@ def build_parser() -> Parser:
         default=DEFAULT_COMPACT_MEMORY,
         metavar="SIZE",
         help="input bytes held at once while merging (default %(default)s)",
+    )
+    compact_cmd.add_argument(
+        "--rebatch",
+        choices=("auto", "always", "never"),
+        default="auto",
+        help="re-encode tiny batches as larger ones: auto when they average under 64 KiB "
+        "(default %(default)s)",
+    )
+    compact_cmd.add_argument(
+        "--batch-rows",
+        type=int,
+        default=DEFAULT_COMPACT_BATCH_ROWS,
+        metavar="N",
+        help="the most rows of one re-encoded batch (default %(default)s)",
     )
     compact_cmd.add_argument(
         "--dry-run", action="store_true", help="only print the groups; write nothing"

@@ -10,7 +10,7 @@ job removes the files of its tasks and leaves the dataset as it was.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import pyarrow as pa
@@ -21,15 +21,17 @@ from arrowshuffle.format.naming import new_file_name, new_job_id
 from arrowshuffle.readers.storage import resolve
 from arrowshuffle.spark.api import check_session
 from arrowshuffle.writers.compact import (
+    DEFAULT_BATCH_ROWS,
     DEFAULT_MEMORY,
     DEFAULT_TARGET_FILE_SIZE,
     CompactionReport,
-    merge_group,
+    Rebatch,
+    merge_files,
     start_compaction,
 )
 from arrowshuffle.writers.file_writer import WrittenFile
 
-_RESULT_SCHEMA = "group long, written string, bytes_read long"
+_RESULT_SCHEMA = "group long, written string, bytes_read long, input_bytes array<long>"
 
 
 def compact(
@@ -39,6 +41,8 @@ def compact(
     target_file_size: int | str = DEFAULT_TARGET_FILE_SIZE,
     storage_options: dict[str, Any] | None = None,
     memory: int | str = DEFAULT_MEMORY,
+    rebatch: Rebatch = "auto",
+    batch_rows: int = DEFAULT_BATCH_ROWS,
     dry_run: bool = False,
 ) -> CompactionReport:
     """Compact the dataset at ``path`` with one Spark task per merged group.
@@ -52,6 +56,9 @@ def compact(
         target_file_size: the most data bytes of one group.
         storage_options: passed to fsspec, on the driver and in every task.
         memory: bytes of input regions one task holds at once.
+        rebatch: whether tiny batches are re-encoded as larger ones, as in
+            :func:`arrowshuffle.compact`.
+        batch_rows: the most rows of one re-encoded batch.
         dry_run: only plan the groups.
 
     Returns:
@@ -65,7 +72,12 @@ def compact(
     import_optional("pyspark.sql", "spark", "arrowshuffle.spark")
     check_session(spark)
     job = start_compaction(
-        path, target_file_size=target_file_size, storage_options=storage_options, memory=memory
+        path,
+        target_file_size=target_file_size,
+        storage_options=storage_options,
+        memory=memory,
+        rebatch=rebatch,
+        batch_rows=batch_rows,
     )
     if dry_run or not job.merged:
         return job.report(dry_run=dry_run)
@@ -79,6 +91,7 @@ def compact(
         for g in job.merged
     ]
     directory, budget = job.directory, job.memory
+    rebatch_mode, rows_per_batch = job.rebatch, job.batch_rows
     url, options = directory.url, storage_options
     n, partitioner = job.before.num_subpartitions, dict(job.before.partitioner)
 
@@ -87,23 +100,27 @@ def compact(
         for batch in batches:
             for task_id in batch.column(0).to_pylist():
                 task = tasks[task_id]
-                written, read = merge_group(
+                merged = merge_files(
                     place,
                     [ManifestFile(**f) for f in task["files"]],
                     name=task["name"],
                     num_subpartitions=n,
                     partitioner=partitioner,
                     memory=budget,
+                    rebatch=rebatch_mode,
+                    batch_rows=rows_per_batch,
                 )
                 yield pa.record_batch(
                     {
                         "group": [task["group"]],
-                        "written": [written.to_json()],
-                        "bytes_read": [read],
+                        "written": [merged.written.to_json()],
+                        "bytes_read": [merged.bytes_read],
+                        "input_bytes": pa.array([list(merged.input_bytes)], pa.list_(pa.int64())),
                     }
                 )
 
     outputs: dict[int, WrittenFile] = {}
+    replaced: dict[int, Sequence[int]] = {}
     bytes_read = 0
     try:
         # range() with as many partitions as rows: one task per group.
@@ -111,7 +128,8 @@ def compact(
         for row in frame.collect():
             outputs[int(row["group"])] = WrittenFile.from_json(row["written"])
             bytes_read += int(row["bytes_read"])
+            replaced[int(row["group"])] = [int(b) for b in row["input_bytes"]]
     except BaseException:
         job.abort(outputs, job_id=job_id)
         raise
-    return job.finish(outputs, bytes_read, job_id=job_id)
+    return job.finish(outputs, bytes_read, job_id=job_id, replaced_bytes=replaced)

@@ -1395,6 +1395,7 @@ def write_versioned(directory: Path) -> dict[str, Any]:
             str(directory),
             target_file_size=written[0].data_size + written[1].data_size,
             memory=COMPACTION_MEMORY,
+            rebatch=False,  # the vectors hold the chunks copied byte for byte
         )
     (merged,) = report.written
     names = [f"{part.name}.arrow" for part in VERSIONED_PARTS]
