@@ -59,7 +59,13 @@ from arrowshuffle.spark.options import (
     parse_write_options,
 )
 from arrowshuffle.spark.pruning import prune
-from arrowshuffle.spark.types import conform, spark_arrow_schema, spark_schema, writer_arrow_schema
+from arrowshuffle.spark.types import (
+    conform,
+    spark_arrow_schema,
+    spark_schema,
+    spark_type,
+    writer_arrow_schema,
+)
 from arrowshuffle.writers.commit import Base
 from arrowshuffle.writers.dataset_writer import (
     abort_dataset,
@@ -483,6 +489,106 @@ def check_files(dataset: ShuffleDataset) -> None:
                     raise violation.error(f"dataset {dataset.url} is damaged")
 
 
+def _spark_field(dataset: ShuffleDataset, name: str) -> Any:
+    """The Spark field the reader yields for the dataset's column ``name``.
+
+    Mapped one column at a time: a column with no Spark type stops only the reads that
+    select it.
+    """
+    from pyspark.sql.types import StructField
+
+    field = dataset.schema.field(name)
+    return StructField(name, spark_type(field.type, where=f"field {name!r}"), field.nullable)
+
+
+def read_struct(dataset: ShuffleDataset, columns: Sequence[str] | None) -> Any:
+    """The Spark schema of a read of ``columns`` (in that order; ``None``: every column).
+
+    Raises:
+        SchemaMismatchError: a column the dataset does not have, or one with no Spark type.
+    """
+    if columns is None:
+        return spark_schema(dataset.schema)
+    from pyspark.sql.types import StructType
+
+    stored = dataset.schema.names
+    for name in columns:
+        if name not in stored:
+            raise SchemaMismatchError(
+                f"option columns names {name!r}, which dataset {dataset.url} does not have; "
+                f"its columns are {stored}"
+            )
+    return StructType([_spark_field(dataset, name) for name in columns])
+
+
+def _misfit(stored: Any, asked: Any) -> bool:
+    """Whether Spark type ``asked`` cannot hold what the reader yields as ``stored``.
+
+    Equal types fit; a nullable element, value or field where the dataset has a non-nullable
+    one fits too (the converse would let nulls into a column Spark trusts to have none).
+    """
+    from pyspark.sql.types import ArrayType, MapType, StructType
+
+    if isinstance(stored, ArrayType) and isinstance(asked, ArrayType):
+        return (stored.containsNull and not asked.containsNull) or _misfit(
+            stored.elementType, asked.elementType
+        )
+    if isinstance(stored, MapType) and isinstance(asked, MapType):
+        return (
+            (stored.valueContainsNull and not asked.valueContainsNull)
+            or _misfit(stored.keyType, asked.keyType)
+            or _misfit(stored.valueType, asked.valueType)
+        )
+    if isinstance(stored, StructType) and isinstance(asked, StructType):
+        # Nested fields by position, as Arrow casts structs: same names, same order.
+        return stored.fieldNames() != asked.fieldNames() or any(
+            (s.nullable and not a.nullable) or _misfit(s.dataType, a.dataType)
+            for s, a in zip(stored.fields, asked.fields, strict=True)
+        )
+    return bool(stored != asked)
+
+
+def check_read_schema(dataset: ShuffleDataset, schema: Any, columns: Sequence[str] | None) -> None:
+    """Check a read schema (Spark's ``.schema(...)``, or the one :meth:`schema` derived).
+
+    It may name any subset of the dataset's columns, in any order (batches are built in its
+    order); each column's type must be the Spark type the dataset's schema maps it to
+    (:func:`~arrowshuffle.spark.types.spark_type`): the reader does not convert ``long`` to
+    ``int`` or ``string`` to ``date``. With the ``columns`` option too, both must name the
+    same columns.
+
+    Raises:
+        SchemaMismatchError: a column the dataset lacks, a type other than the dataset's, a
+            non-nullable column the dataset may hold nulls in, or a schema that disagrees
+            with option ``columns``.
+    """
+    names = dataset.schema.names
+    for field in schema.fields:
+        if field.name not in names:
+            raise SchemaMismatchError(
+                f"dataset {dataset.url} has no column {field.name!r}; its columns are {names}"
+            )
+        have = _spark_field(dataset, field.name)
+        expected, found = have.dataType.simpleString(), field.dataType.simpleString()
+        if _misfit(have.dataType, field.dataType):
+            raise SchemaMismatchError(
+                f"column {field.name!r} of dataset {dataset.url} reads as Spark type "
+                f"{expected}, found {found} in the read schema; give it as {expected} "
+                "(and cast in Spark)"
+            )
+        if have.nullable and not field.nullable:
+            raise SchemaMismatchError(
+                f"column {field.name!r} of dataset {dataset.url} may hold nulls, found "
+                f"{found} NOT NULL in the read schema; declare it nullable"
+            )
+    asked = list(schema.fieldNames())
+    if columns is not None and sorted(asked) != sorted(columns):
+        raise SchemaMismatchError(
+            f"option columns names {list(columns)} but the read schema has {asked}; give one "
+            "of them, or the same columns in both"
+        )
+
+
 class ArrowShuffleReader(DataSourceReader):
     """Reads a dataset, one planned task (or subpartition selection) per Spark partition."""
 
@@ -495,13 +601,9 @@ class ArrowShuffleReader(DataSourceReader):
         self.files = tuple(f.data for f in dataset.manifest.files)
         self.num_subpartitions = dataset.num_subpartitions
         self.selection = options.selection(dataset.num_subpartitions)
+        check_read_schema(dataset, schema, options.columns)
         self.target = spark_arrow_schema(schema)
-        stored = dataset.schema.names
-        missing = [n for n in self.target.names if n not in stored]
-        if missing:
-            raise SchemaMismatchError(
-                f"dataset {dataset.url} has no column {missing[0]!r}; its columns are {stored}"
-            )
+        #: Only these columns' bytes are read and sent to the JVM.
         self.columns = list(self.target.names)
         self.partitioner_spec = dataset.partitioner
         self.stored_schema = dataset.schema
@@ -592,9 +694,14 @@ class ArrowShuffleDataSource(DataSource):
 
     @message_first
     def schema(self) -> Any:
-        """The Spark schema derived from the dataset manifest's Arrow schema."""
+        """The Spark schema derived from the dataset manifest's Arrow schema.
+
+        Only the columns of option ``columns``, in its order, when it is given. Spark asks
+        for it only when the read gives no schema of its own.
+        """
         options = parse_read_options(self.options)
-        return spark_schema(open_dataset(options.path, options.storage_options).schema)
+        dataset = open_dataset(options.path, options.storage_options)
+        return read_struct(dataset, options.columns)
 
     @message_first
     def reader(self, schema: Any) -> ArrowShuffleReader:

@@ -50,6 +50,12 @@ Reader options:
     stores only; ``true``; ``false``); ``pushdown`` (``true``: equality filters on the
     partitioning key skip subpartitions, before planning; Spark also needs
     ``spark.sql.python.filterPushdown.enabled``); ``storage_options``.
+
+    ``columns`` (``"a,b,c"``, or a JSON list of names for names holding commas): read only
+    these columns, in this order. A Python data source is not told which columns a query
+    uses, so without it (or a read schema, ``.schema("a long, b string")``) every column is
+    read and sent to the JVM. A read schema may name any subset of the dataset's columns in
+    any order, with the types the dataset's own schema gives them.
 """
 
 from __future__ import annotations
@@ -99,6 +105,7 @@ READER_OPTIONS = frozenset(
         "subpartitions",
         "verify",
         "pushdown",
+        "columns",
         "storage_options",
         *PLAN_OPTIONS,
     }
@@ -164,6 +171,8 @@ class SparkReadConfig:
     subpartitions: tuple[range, ...] | None = None
     verify: Verify = "auto"
     pushdown: bool = False
+    #: The ``columns`` option: the columns to read, in order; ``None``: every column.
+    columns: tuple[str, ...] | None = None
     storage_options: dict[str, Any] = field(default_factory=dict)
     #: The plan's target; ``None``: derived from the selected bytes and ``parallelism``.
     target_bytes: int | None = None
@@ -292,12 +301,43 @@ def parse_verify(value: str) -> Verify:
         ) from None
 
 
-def parse_columns(value: str) -> tuple[str, ...]:
+def parse_columns(value: str, name: str = "partition_by") -> tuple[str, ...]:
     """Split ``"k1, k2"`` into column names (spaces around commas are dropped)."""
     names = tuple(part.strip() for part in str(value).split(","))
     if not all(names):
         raise InvalidOptionError(
-            f"option partition_by must be column names separated by commas, found {value!r}"
+            f"option {name} must be column names separated by commas, found {value!r}"
+        )
+    return names
+
+
+def parse_read_columns(value: str) -> tuple[str, ...]:
+    """The ``columns`` reader option: ``"a, b"`` or a JSON list of names, each named once.
+
+    Raises:
+        InvalidOptionError: no names, an empty name, or a name given twice.
+    """
+    text = str(value).strip()
+    if text.startswith("["):
+        try:
+            parsed = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise InvalidOptionError(
+                f"option columns must be names separated by commas or a JSON list of names, "
+                f"found {value!r:.80} ({exc})"
+            ) from None
+        names_ok = isinstance(parsed, list) and all(isinstance(n, str) and n for n in parsed)
+        if not (names_ok and parsed):
+            raise InvalidOptionError(
+                f"option columns must be a non-empty JSON list of names, found {value!r:.80}"
+            )
+        names = tuple(parsed)
+    else:
+        names = parse_columns(text, "columns")
+    repeated = sorted({n for n in names if names.count(n) > 1})
+    if repeated:
+        raise InvalidOptionError(
+            f"option columns names each column once, found {repeated[0]!r} more than once"
         )
     return names
 
@@ -425,6 +465,7 @@ def parse_read_options(options: Mapping[str, str]) -> SparkReadConfig:
         ),
         verify=verify,
         pushdown=pushdown,
+        columns=parse_read_columns(opts["columns"]) if "columns" in opts else None,
         storage_options=storage,
         target_bytes=(None if target is None else _positive_bytes(target, "option target_bytes")),
         skew_factor=(
