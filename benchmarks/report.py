@@ -398,6 +398,26 @@ def wide_figures(doc: dict[str, Any]) -> Iterator[Figure]:
             )
 
 
+def polars_scan_figures(doc: dict[str, Any]) -> Iterator[Figure]:
+    """bench_polars_scan: a LazyFrame per subpartition against pl.scan_parquet per bucket."""
+    peer_label = doc["peer"]
+    for part, what in (("scan", "build a LazyFrame"), ("scan_collect", "build and collect")):
+        methods = doc[part]
+        peer = Stat.of(methods[peer_label])
+        for label, entry in methods.items():
+            if label == peer_label:
+                continue
+            yield Figure(
+                "polars_scan",
+                f"{what} per subpartition, loop over all",
+                "s",
+                label,
+                Stat.of(entry),
+                peer_label,
+                peer,
+            )
+
+
 def verify_figures(doc: dict[str, Any]) -> Iterator[Figure]:
     """bench_verify: reads that check every chunk's CRC32C against the same reads without."""
     for entry in doc["reads"]:
@@ -547,6 +567,7 @@ EXTRACTORS: dict[str, Callable[[dict[str, Any]], Iterator[Figure]]] = {
     "partitioners": partitioner_figures,
     "kernels": kernel_figures,
     "reads": reads_figures,
+    "polars_scan": polars_scan_figures,
     "verify": verify_figures,
     "spark": spark_figures,
     "plan": plan_figures,
