@@ -76,7 +76,7 @@ Source = str | os.PathLike[str] | ShuffleDataset | ShuffleFile
 
 #: How many opened local datasets :func:`scan` keeps (each holds its files' open indexes).
 CACHED_DATASETS = 8
-_opened: OrderedDict[tuple[str, int], ShuffleDataset] = OrderedDict()
+_opened: OrderedDict[tuple[str, int, float | None], ShuffleDataset] = OrderedDict()
 _opened_lock = threading.Lock()
 
 
@@ -120,7 +120,9 @@ def _open(
     versions = list_versions(location)
     if not versions:  # a dataset of one manifest file, rewritten in place: never cached
         return open_dataset(source, storage_options)
-    key = (location.url, versions[-1].version)
+    # The version file's time as well: a dataset removed and written again at the same path
+    # starts again at version 1, with other files.
+    key = (location.url, versions[-1].version, versions[-1].modified)
     with _opened_lock:
         cached = _opened.get(key)
         if cached is not None:

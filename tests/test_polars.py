@@ -317,3 +317,16 @@ def test_scans_by_path_share_one_opened_dataset_per_version(tmp_path):
     opened = asp._open(path, None)
     asp.clear_cache()
     assert asp._open(path, None) is not opened
+
+
+def test_a_dataset_written_again_at_the_same_path_is_not_taken_from_the_cache(tmp_path):
+    import shutil
+
+    from arrowshuffle import write_dataset as write
+
+    path = str(tmp_path / "ds")
+    write(pa.table({"k": pa.array([1, 2], pa.int64())}), path, num_subpartitions=2, by="k")
+    assert sorted(asp.read(path)["k"]) == [1, 2]
+    shutil.rmtree(path)  # the new dataset starts again at version 1
+    write(pa.table({"k": pa.array([7, 8, 9], pa.int64())}), path, num_subpartitions=2, by="k")
+    assert sorted(asp.read(path)["k"]) == [7, 8, 9]
