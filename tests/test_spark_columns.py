@@ -31,6 +31,7 @@ import arrowshuffle.spark as ash_spark
 from arrowshuffle.format.errors import InvalidOptionError, SchemaMismatchError
 from arrowshuffle.format.naming import new_file_name
 from arrowshuffle.readers.dataset import open_dataset
+from arrowshuffle.spark import datasource
 from arrowshuffle.spark.datasource import ArrowShuffleDataSource
 from arrowshuffle.spark.options import parse_read_options
 from arrowshuffle.writers.dataset_writer import commit_dataset, prepare_directory
@@ -271,3 +272,72 @@ def test_spark_filters_with_a_column_subset(spark: Any, spark_dataset: str) -> N
             without_key.filter("k = 42").collect()
     finally:
         spark.conf.unset("spark.sql.python.filterPushdown.enabled")
+
+
+# ------------------------------------------------------------- what each task reads and sends
+
+
+def write_keys(path: str, keys: range, mode: str = "error") -> None:
+    from arrowshuffle import write_dataset
+
+    table = pa.table({"k": pa.array(keys, pa.int64()), "s": [f"v{k}" for k in keys]})
+    write_dataset(table, path, num_subpartitions=N, by="k", mode=mode, max_batch_rows=7)
+
+
+def read_all(reader: Any) -> list[int]:
+    return sorted(k for b in batches_of(reader) for k in b.column("k").to_pylist())
+
+
+def test_tasks_read_the_version_the_query_was_planned_on(tmp_path: Path) -> None:
+    from arrowshuffle.writers.vacuum import vacuum
+
+    path = str(tmp_path / "ds")
+    write_keys(path, range(40))
+    source = ArrowShuffleDataSource(options(path=path))
+    reader = source.reader(source.schema())
+    assert read_all(reader) == list(range(40))
+    write_keys(path, range(100, 110), mode="overwrite")
+    # The planned version is still retained: the tasks read it, not the newer one.
+    assert read_all(reader) == list(range(40))
+    later = ArrowShuffleDataSource(options(path=path))
+    assert read_all(later.reader(later.schema())) == list(range(100, 110))
+    vacuum(path, older_than=0)  # the planned version and its files are gone now
+    datasource._task_datasets.clear()  # as in a new Python worker
+    with pytest.raises(InvalidOptionError, match="replaced while this query ran.*version 1"):
+        read_all(reader)
+
+
+def test_a_dataset_written_again_at_the_same_path_is_not_read_from_an_earlier_task(
+    tmp_path: Path,
+) -> None:
+    import shutil
+
+    path = str(tmp_path / "ds")
+    write_keys(path, range(40))
+    first = ArrowShuffleDataSource(options(path=path))
+    assert read_all(first.reader(first.schema())) == list(range(40))
+    shutil.rmtree(path)
+    write_keys(path, range(500, 520))  # version 1 again, other files
+    again = ArrowShuffleDataSource(options(path=path))
+    assert read_all(again.reader(again.schema())) == list(range(500, 520))
+
+
+def test_batches_are_joined_up_to_batch_rows(tmp_path: Path) -> None:
+    path = str(tmp_path / "ds")
+    write_keys(path, range(1000))  # stored in batches of at most 7 rows
+    source = ArrowShuffleDataSource(options(path=path, partitioning="subpartition"))
+    small = batches_of(source.reader(source.schema()))
+    assert sum(b.num_rows for b in small) == 1000
+    assert len(small) <= N  # the default joins every subpartition's rows into one batch
+    tiny = ArrowShuffleDataSource(options(path=path, partitioning="subpartition", batch_rows=20))
+    reader = tiny.reader(tiny.schema())
+    got = []
+    for partition in reader.partitions():
+        sizes = [b.num_rows for b in reader.read(partition)]
+        assert all(20 <= n < 27 for n in sizes[:-1]), sizes  # joined batches of <= 7 rows
+        got.extend(reader.read(partition))
+    assert sorted(k for b in got for k in b.column("k").to_pylist()) == list(range(1000))
+    one = ArrowShuffleDataSource(options(path=path, partitioning="subpartition", batch_rows=1))
+    assert max(b.num_rows for b in batches_of(one.reader(one.schema()))) <= 7
+    with pytest.raises(InvalidOptionError, match="batch_rows must be at least 1"):
+        parse_read_options({"path": path, "batch_rows": "0"})

@@ -29,7 +29,9 @@ column of a ``hash``/``key_group``/``column`` dataset skip the subpartitions the
 from __future__ import annotations
 
 import functools
+import threading
 import uuid
+from collections import OrderedDict
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, ParamSpec, TypeVar
@@ -589,6 +591,81 @@ def check_read_schema(dataset: ShuffleDataset, schema: Any, columns: Sequence[st
         )
 
 
+#: Datasets this process opened for Spark tasks, by path, storage options and version. A
+#: Python worker runs many tasks of a query one after another (Spark reuses workers): each
+#: task then finds the manifest decoded and the files' indexes opened.
+_task_datasets: OrderedDict[tuple[str, str, int], ShuffleDataset] = OrderedDict()
+_task_datasets_lock = threading.Lock()
+#: How many datasets a worker keeps opened (each holds its files' open indexes).
+TASK_DATASETS = 4
+
+
+def task_dataset(options: SparkReadConfig, version: int, files: tuple[str, ...]) -> ShuffleDataset:
+    """The dataset a task reads: manifest ``version`` listing data files ``files``.
+
+    Opened at that version (one read, no listing) or found opened by an earlier task of this
+    process. A dataset of one manifest file (version 0, from before versions) is opened afresh.
+
+    Raises:
+        InvalidOptionError: the dataset was replaced since the query was planned (that
+            version is gone, or lists other files).
+    """
+    key = (options.path, repr(sorted(options.storage_options.items())), version)
+    with _task_datasets_lock:
+        dataset = _task_datasets.get(key)
+    if dataset is None or tuple(f.data for f in dataset.manifest.files) != files:
+        try:
+            dataset = open_dataset(
+                options.path, options.storage_options, version=version if version else None
+            )
+        except MissingObjectError as exc:
+            if not version:
+                raise
+            raise InvalidOptionError(
+                f"dataset {options.path} was replaced while this query ran (manifest version "
+                f"{version}, which the query was planned on, is gone: {exc}); run the query "
+                "again"
+            ) from exc
+        if tuple(f.data for f in dataset.manifest.files) != files:
+            raise InvalidOptionError(
+                f"dataset {dataset.url} was replaced while this query ran (its manifest "
+                "changed since the query was planned); run the query again"
+            )
+        if version:  # a numbered version never changes; a single manifest may
+            with _task_datasets_lock:
+                _task_datasets[key] = dataset
+                while len(_task_datasets) > TASK_DATASETS:
+                    _task_datasets.popitem(last=False)
+    with _task_datasets_lock:
+        if key in _task_datasets:
+            _task_datasets.move_to_end(key)
+    return dataset
+
+
+def coalesce_batches(
+    batches: Iterable[pa.RecordBatch], rows: int, max_bytes: int
+) -> Iterator[pa.RecordBatch]:
+    """Join consecutive batches until one holds ``rows`` rows or ``max_bytes`` bytes.
+
+    A read yields a batch per chunk (a subpartition of one region of one file), often a few
+    thousand rows; every batch Spark receives costs it a message and a columnar batch of its
+    own, so fewer, larger ones are cheaper. A batch already large enough passes unchanged.
+    """
+    group: list[pa.RecordBatch] = []
+    count = size = 0
+    for batch in batches:
+        if batch.num_rows == 0:
+            continue
+        group.append(batch)
+        count += batch.num_rows
+        size += batch.nbytes
+        if count >= rows or size >= max_bytes:
+            yield group[0] if len(group) == 1 else pa.concat_batches(group)
+            group, count, size = [], 0, 0
+    if group:
+        yield group[0] if len(group) == 1 else pa.concat_batches(group)
+
+
 class ArrowShuffleReader(DataSourceReader):
     """Reads a dataset, one planned task (or subpartition selection) per Spark partition."""
 
@@ -599,6 +676,8 @@ class ArrowShuffleReader(DataSourceReader):
         # Kept for planning on the driver; not sent to the executors (see __getstate__).
         self._dataset: ShuffleDataset | None = dataset
         self.files = tuple(f.data for f in dataset.manifest.files)
+        #: The manifest version planned on: every task reads exactly it.
+        self.version = dataset.version
         self.num_subpartitions = dataset.num_subpartitions
         self.selection = options.selection(dataset.num_subpartitions)
         check_read_schema(dataset, schema, options.columns)
@@ -641,13 +720,7 @@ class ArrowShuffleReader(DataSourceReader):
                 "the arrowshuffle reader reads its own partitions (a planned task or a "
                 f"subpartition selection), found {type(partition).__name__}"
             )
-        dataset = open_dataset(self.options.path, self.options.storage_options)
-        files = tuple(f.data for f in dataset.manifest.files)
-        if files != self.files:
-            raise InvalidOptionError(
-                f"dataset {dataset.url} was replaced while this query ran (its manifest "
-                "changed since the query was planned); run the query again"
-            )
+        dataset = task_dataset(self.options, self.version, self.files)
         if isinstance(partition, PlannedPartition):
             batches = dataset.iter_batches(
                 task=partition.task(dataset.num_files),
@@ -658,7 +731,7 @@ class ArrowShuffleReader(DataSourceReader):
             batches = dataset.iter_batches(
                 list(partition.subpartitions), columns=self.columns, verify=self.options.verify
             )
-        for batch in batches:
+        for batch in coalesce_batches(batches, self.options.batch_rows, self.options.batch_bytes):
             yield conform(batch, self.target)
 
 

@@ -56,6 +56,10 @@ Reader options:
     uses, so without it (or a read schema, ``.schema("a long, b string")``) every column is
     read and sent to the JVM. A read schema may name any subset of the dataset's columns in
     any order, with the types the dataset's own schema gives them.
+
+    ``batch_rows`` (default 65536) and ``batch_bytes`` (default 32 MiB): the batches a task
+    reads (one per chunk, often a few thousand rows) are joined up to this many rows or bytes
+    before they are sent to the JVM, where every batch has a cost of its own.
 """
 
 from __future__ import annotations
@@ -106,6 +110,8 @@ READER_OPTIONS = frozenset(
         "verify",
         "pushdown",
         "columns",
+        "batch_rows",
+        "batch_bytes",
         "storage_options",
         *PLAN_OPTIONS,
     }
@@ -119,6 +125,10 @@ DEFAULT_MAX_TARGET_BYTES = DEFAULT_TARGET_BYTES
 #: ... but not below this (smaller tasks cost more in Spark's per-task overhead than they
 #: gain in parallelism; Spark's file sources count 4 MiB per file opened for the same reason).
 DEFAULT_MIN_TARGET_BYTES = 4 * 1024 * 1024
+#: The rows of a batch a Spark task sends to the JVM (smaller batches read are joined) ...
+DEFAULT_BATCH_ROWS = 65536
+#: ... unless it reaches these bytes first.
+DEFAULT_BATCH_BYTES = 32 * 1024 * 1024
 #: Options of either side: a writer ignores reader options and the other way round, so one
 #: options dict can serve both.
 ALL_OPTIONS = WRITER_OPTIONS | READER_OPTIONS
@@ -173,6 +183,9 @@ class SparkReadConfig:
     pushdown: bool = False
     #: The ``columns`` option: the columns to read, in order; ``None``: every column.
     columns: tuple[str, ...] | None = None
+    #: Batches read are joined up to these rows or bytes before they are sent to the JVM.
+    batch_rows: int = DEFAULT_BATCH_ROWS
+    batch_bytes: int = DEFAULT_BATCH_BYTES
     storage_options: dict[str, Any] = field(default_factory=dict)
     #: The plan's target; ``None``: derived from the selected bytes and ``parallelism``.
     target_bytes: int | None = None
@@ -466,6 +479,16 @@ def parse_read_options(options: Mapping[str, str]) -> SparkReadConfig:
         verify=verify,
         pushdown=pushdown,
         columns=parse_read_columns(opts["columns"]) if "columns" in opts else None,
+        batch_rows=(
+            parse_int(opts["batch_rows"], "batch_rows", minimum=1)
+            if "batch_rows" in opts
+            else DEFAULT_BATCH_ROWS
+        ),
+        batch_bytes=(
+            _positive_bytes(opts["batch_bytes"], "option batch_bytes")
+            if "batch_bytes" in opts
+            else DEFAULT_BATCH_BYTES
+        ),
         storage_options=storage,
         target_bytes=(None if target is None else _positive_bytes(target, "option target_bytes")),
         skew_factor=(
