@@ -129,7 +129,7 @@ def test_option_columns_yields_only_those_columns_in_their_order(mixed: str) -> 
 
 
 def test_a_column_spark_cannot_type_stops_only_reads_that_select_it(mixed: str) -> None:
-    with pytest.raises(SchemaMismatchError, match="'odd'.*month_day_nano_interval"):
+    with pytest.raises(SchemaMismatchError, match=r"'odd'.*month_day_nano_interval"):
         ArrowShuffleDataSource(options(path=mixed)).schema()
     struct = ArrowShuffleDataSource(options(path=mixed, columns="name,tags")).schema()
     assert struct.simpleString() == "struct<name:string,tags:array<int>>"
@@ -202,7 +202,7 @@ def test_columns_option_values(mixed: str) -> None:
     ]:
         with pytest.raises(InvalidOptionError, match=message):
             parse_read_options({"path": "/x", "columns": bad})
-    with pytest.raises(SchemaMismatchError, match="option columns names 'nope'.*'odd'"):
+    with pytest.raises(SchemaMismatchError, match=r"option columns names 'nope'.*'odd'"):
         ArrowShuffleDataSource(options(path=mixed, columns="k,nope")).schema()
 
 
@@ -303,7 +303,7 @@ def test_tasks_read_the_version_the_query_was_planned_on(tmp_path: Path) -> None
     assert read_all(later.reader(later.schema())) == list(range(100, 110))
     vacuum(path, older_than=0)  # the planned version and its files are gone now
     datasource._task_datasets.clear()  # as in a new Python worker
-    with pytest.raises(InvalidOptionError, match="replaced while this query ran.*version 1"):
+    with pytest.raises(InvalidOptionError, match=r"replaced while this query ran.*version 1"):
         read_all(reader)
 
 
