@@ -312,6 +312,30 @@ def spark_figures(doc: dict[str, Any]) -> Iterator[Figure]:
                     "the same rows as Parquet",
                     Stat.of(found["parquet"]),
                 )
+        rep = found.get("repartition parquet")
+        if rep is not None and "plan" in found:
+            yield Figure(
+                "spark",
+                what,
+                "s",
+                SPARK_READ_MODES["plan"],
+                Stat.of(found["plan"]),
+                "df.repartition(n, key).write.parquet",
+                Stat.of(rep),
+            )
+        for peer, label in (("parquet", "Parquet"), ("repartition parquet", "repartitioned")):
+            if "plan" in found and "cpu_median_s" in found["plan"] and peer in found:
+                if "cpu_median_s" not in found[peer]:
+                    continue
+                yield Figure(
+                    "spark",
+                    f"{what}, CPU of Spark's processes",
+                    "s",
+                    SPARK_READ_MODES["plan"],
+                    Stat.of(found["plan"], "cpu_"),
+                    f"{label} Parquet" if peer != "parquet" else "the same rows as Parquet",
+                    Stat.of(found[peer], "cpu_"),
+                )
 
 
 def plan_figures(doc: dict[str, Any]) -> Iterator[Figure]:

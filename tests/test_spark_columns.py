@@ -341,3 +341,39 @@ def test_batches_are_joined_up_to_batch_rows(tmp_path: Path) -> None:
     assert max(b.num_rows for b in batches_of(one.reader(one.schema()))) <= 7
     with pytest.raises(InvalidOptionError, match="batch_rows must be at least 1"):
         parse_read_options({"path": path, "batch_rows": "0"})
+
+
+def test_makespan_follows_sparks_order_on_free_slots() -> None:
+    from arrowshuffle.spark.datasource import makespan
+
+    assert makespan([10, 10, 10], 2, task_cost=0) == 20  # a second wave
+    assert makespan([15, 15], 2, task_cost=0) == 15
+    assert makespan([17, 27, 10], 2, task_cost=0) == 27  # the third task fills the first slot
+    assert makespan([5, 5], 8, task_cost=1) == 6
+    assert makespan([], 2) == 0
+
+
+def test_a_default_plan_fills_the_slots_in_one_wave(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Uniform subpartitions rarely add up to exactly one slot's share: the plan that fits
+    the slots is chosen over one that leaves a small task for a second wave."""
+    import numpy as np
+
+    from arrowshuffle import write_dataset
+    from arrowshuffle.spark import options as spark_options
+
+    monkeypatch.setattr(spark_options, "DEFAULT_MIN_TARGET_BYTES", 1)  # a small dataset
+    rng = np.random.default_rng(7)
+    table = pa.table({"k": rng.integers(0, 100_000, 40_000), "v": rng.random(40_000)})
+    path = str(tmp_path / "ds")
+    write_dataset(table, path, num_subpartitions=64, by="k")
+    dataset = open_dataset(path)
+    share = -(-int(dataset.subpartition_sizes()[0].sum()) // 2)
+    assert len(dataset.plan(share)) == 3  # the share alone: two full tasks and a small one
+    source = ArrowShuffleDataSource(options(path=path, parallelism=2))
+    reader = source.reader(source.schema())
+    parts = reader.partitions()
+    assert len(parts) == 2
+    assert [s for p in parts for s in p.subpartitions] == list(range(64))
+    assert sum(b.num_rows for p in parts for b in reader.read(p)) == 40_000

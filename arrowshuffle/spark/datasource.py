@@ -29,6 +29,7 @@ column of a ``hash``/``key_group``/``column`` dataset skip the subpartitions the
 from __future__ import annotations
 
 import functools
+import heapq
 import threading
 import uuid
 from collections import OrderedDict
@@ -55,6 +56,7 @@ from arrowshuffle.readers.dataset import ShuffleDataset, open_dataset
 from arrowshuffle.readers.storage import Location, resolve
 from arrowshuffle.spark.options import (
     FORMAT_NAME,
+    TASK_COST_BYTES,
     SparkReadConfig,
     WriteOptions,
     parse_read_options,
@@ -444,20 +446,42 @@ def planned_partitions(
     """One Spark partition per task of the dataset's plan over ``selection``.
 
     Planned on the driver from the manifest's sizes (and, for the subpartitions it splits,
-    their index entries); no data is read.
+    their index entries); no data is read. Without ``target_bytes``, several targets around
+    the selection's share per slot are planned and the plan that would finish first on
+    ``parallelism`` slots is kept (:func:`makespan`): contiguous subpartitions rarely add up
+    to exactly one share, and a plan of ``slots + 1`` tasks takes two waves.
     """
     if not selection:
         return []
     sizes, _ = dataset.subpartition_sizes()
     selected = int(sizes[np.asarray(selection, dtype=np.int64)].sum())
-    tasks = dataset.plan(
-        options.plan_target(selected),
-        subpartitions=selection,
-        skew_factor=options.skew_factor,
-        skew_min_bytes=options.skew_min_bytes,
-        max_tasks=options.max_tasks,
-    )
-    return [PlannedPartition(i, task, dataset.num_files) for i, task in enumerate(tasks)]
+    slots = options.slots()
+    best: list[PlannedRead] | None = None
+    best_time = 0
+    for target in options.plan_targets(selected):
+        tasks = dataset.plan(
+            target,
+            subpartitions=selection,
+            skew_factor=options.skew_factor,
+            skew_min_bytes=options.skew_min_bytes,
+            max_tasks=options.max_tasks,
+        )
+        finish = makespan([t.bytes for t in tasks], slots)
+        if best is None or finish < best_time:
+            best, best_time = tasks, finish
+    assert best is not None
+    return [PlannedPartition(i, task, dataset.num_files) for i, task in enumerate(best)]
+
+
+def makespan(task_bytes: Sequence[int], slots: int, task_cost: int = TASK_COST_BYTES) -> int:
+    """When tasks of these sizes finish on ``slots`` slots, in bytes read (plus a cost each).
+
+    Spark starts tasks in partition order, each on the first slot free.
+    """
+    free = [0] * max(1, min(slots, len(task_bytes)))
+    for size in task_bytes:
+        heapq.heapreplace(free, free[0] + size + task_cost)
+    return max(free)
 
 
 def check_files(dataset: ShuffleDataset) -> None:

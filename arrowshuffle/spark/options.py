@@ -125,6 +125,12 @@ DEFAULT_MAX_TARGET_BYTES = DEFAULT_TARGET_BYTES
 #: ... but not below this (smaller tasks cost more in Spark's per-task overhead than they
 #: gain in parallelism; Spark's file sources count 4 MiB per file opened for the same reason).
 DEFAULT_MIN_TARGET_BYTES = 4 * 1024 * 1024
+#: Targets a default plan tries, as multiples of one slot's share of the selected bytes.
+PLAN_TARGET_FACTORS = (1.0, 1.1, 1.25, 0.5, 0.55, 1 / 3, 0.37)
+#: What one more Spark task costs, in bytes read: a Python data source task's fixed cost
+#: (scheduling, the Python worker's round trip, opening the read) measured as about as much
+#: as reading this many bytes of a dataset on local Spark.
+TASK_COST_BYTES = 2 * 1024 * 1024
 #: The rows of a batch a Spark task sends to the JVM (smaller batches read are joined) ...
 DEFAULT_BATCH_ROWS = 65536
 #: ... unless it reaches these bytes first.
@@ -203,9 +209,32 @@ class SparkReadConfig:
         """
         if self.target_bytes is not None:
             return self.target_bytes
-        parallelism = self.parallelism or os.cpu_count() or 1
-        share = -(-selected_bytes // parallelism)
+        share = -(-selected_bytes // self.slots())
         return min(DEFAULT_MAX_TARGET_BYTES, max(DEFAULT_MIN_TARGET_BYTES, share))
+
+    def slots(self) -> int:
+        """How many tasks run at once: ``parallelism``, or the cores of this machine."""
+        return self.parallelism or os.cpu_count() or 1
+
+    def plan_targets(self, selected_bytes: int) -> list[int]:
+        """The targets a plan without ``target_bytes`` chooses among (see :meth:`plan_target`).
+
+        The share of one slot (one wave of tasks), a little above it (so that subpartitions
+        a little larger than the share do not leave one task over for a second wave), and a
+        half and a third of it (two or three waves, for skewed sizes); all within
+        [:data:`DEFAULT_MIN_TARGET_BYTES`, :data:`DEFAULT_MAX_TARGET_BYTES`].
+        """
+        if self.target_bytes is not None:
+            return [self.target_bytes]
+        share = -(-selected_bytes // self.slots())
+        found: list[int] = []
+        for factor in PLAN_TARGET_FACTORS:
+            target = min(
+                DEFAULT_MAX_TARGET_BYTES, max(DEFAULT_MIN_TARGET_BYTES, int(share * factor))
+            )
+            if target not in found:
+                found.append(target)
+        return found
 
     def selection(self, num_subpartitions: int) -> tuple[int, ...]:
         """The subpartitions to read, ascending: those of the option, or all."""
