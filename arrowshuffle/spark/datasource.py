@@ -20,8 +20,10 @@ manifest's sizes): contiguous small subpartitions coalesced, a skewed subpartiti
 groups of files. ``partitioning=subpartition`` reads one subpartition per Spark partition
 (partition ``s`` is subpartition ``s``) and ``consumers`` P contiguous ranges; every mode can
 be limited to the ``subpartitions`` option, and every Spark task reads through the same read
-path (``ShuffleDataset.iter_batches``). Batches are yielded in exactly the
-Arrow form Spark expects for the schema derived from the manifest. With the ``pushdown``
+path (``ShuffleDataset.iter_batches``), at the manifest version the query was planned on
+(a Python worker keeps the datasets it opened for its next tasks). Only the columns of option
+``columns`` or of a user read schema are read; batches are joined up to ``batch_rows`` and
+yielded in exactly the Arrow form Spark expects for the read's schema. With the ``pushdown``
 option (and Spark's ``spark.sql.python.filterPushdown.enabled``), equality filters on every key
 column of a ``hash``/``key_group``/``column`` dataset skip the subpartitions they rule out.
 """
