@@ -13,6 +13,13 @@ a manifest, and a single data file otherwise (see
 :func:`arrowshuffle.readers.dataset.open_shuffle`); :func:`scan_file` and :func:`scan_dataset`
 skip the guess.
 
+Opening costs more than building a LazyFrame: a local dataset opened by path is kept per
+(directory, manifest version), so that a loop of one ``scan`` per subpartition lists the
+versions once per call but reads and decodes the manifest once (a commit makes a new version,
+which is opened afresh); :func:`clear_cache` empties it. ``scan`` also takes an opened dataset
+or file (``open_dataset(path)``), which costs no request at all: the way to loop over the
+subpartitions of a dataset on object storage.
+
 Balanced reads: :func:`scan_tasks` plans the read from the index sizes alone (coalescing small
 subpartitions, splitting a hot one over files) and returns one LazyFrame per planned task, for
 ``polars.collect_all`` or for a pool of workers; ``scan(..., task=t)`` reads one task of a plan
@@ -24,6 +31,9 @@ polars is an optional dependency: ``pip install 'arrowshuffle[polars]'``.
 from __future__ import annotations
 
 import os
+import threading
+import weakref
+from collections import OrderedDict
 from collections.abc import Callable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -46,13 +56,24 @@ from arrowshuffle.readers.cogroup_plan import CoGroupTask
 from arrowshuffle.readers.dataset import ShuffleDataset, open_dataset, open_shuffle
 from arrowshuffle.readers.file_reader import ShuffleFile, open_file
 from arrowshuffle.readers.integrity import Verify, resolve_verify
+from arrowshuffle.readers.manifest_io import list_versions, load_manifest
 from arrowshuffle.readers.scheduler import ReadOptions
 from arrowshuffle.readers.selection import Selection
+from arrowshuffle.readers.storage import resolve
 
 if TYPE_CHECKING:
     import polars as pl
 
-__all__ = ["PolarsCoGroup", "cogroup", "read", "scan", "scan_dataset", "scan_file", "scan_tasks"]
+__all__ = [
+    "PolarsCoGroup",
+    "clear_cache",
+    "cogroup",
+    "read",
+    "scan",
+    "scan_dataset",
+    "scan_file",
+    "scan_tasks",
+]
 
 _R = TypeVar("_R")
 
@@ -64,8 +85,76 @@ def _polars() -> Any:
     return import_optional("polars", "polars", "arrowshuffle.polars")
 
 
+#: What :func:`scan` takes: a path or URL, or a dataset or file opened already.
+Source = str | os.PathLike[str] | ShuffleDataset | ShuffleFile
+
+#: How many opened local datasets :func:`scan` keeps (each holds its files' open indexes).
+CACHED_DATASETS = 8
+_opened: OrderedDict[tuple[str, int, float | None], ShuffleDataset] = OrderedDict()
+_opened_lock = threading.Lock()
+
+
+def clear_cache() -> None:
+    """Forget the datasets :func:`scan` opened by path (the next scan opens them again)."""
+    with _opened_lock:
+        _opened.clear()
+
+
+def _open(
+    source: Source, storage_options: dict[str, Any] | None, kind: str = "any"
+) -> ShuffleFile | ShuffleDataset:
+    """The reader of ``source``: itself if opened, else opened (a local dataset cached).
+
+    ``kind`` is ``"dataset"``, ``"file"`` or ``"any"`` (guessed as
+    :func:`~arrowshuffle.readers.dataset.open_shuffle` does).
+    """
+    if isinstance(source, (ShuffleDataset, ShuffleFile)):
+        if storage_options:
+            raise InvalidOptionError(
+                "storage_options apply to a path; an opened dataset or file keeps the ones "
+                "it was opened with"
+            )
+        wanted = {"dataset": ShuffleDataset, "file": ShuffleFile}.get(kind)
+        if wanted is not None and not isinstance(source, wanted):
+            raise InvalidOptionError(
+                f"expected a path or an opened {kind}, found {type(source).__name__}"
+            )
+        return source
+    if kind == "file":
+        return open_file(source, storage_options)
+    location = resolve(source, storage_options)
+    if not (location.is_local and os.path.isdir(location.path)):
+        # Object stores: the listing and the manifest cost about the same request each, so a
+        # cache would save little; there, pass an opened dataset.
+        return (
+            open_dataset(source, storage_options)
+            if kind == "dataset"
+            else open_shuffle(source, storage_options)
+        )
+    versions = list_versions(location)
+    if not versions:  # a dataset of one manifest file, rewritten in place: never cached
+        return open_dataset(source, storage_options)
+    # The version file's time as well: a dataset removed and written again at the same path
+    # starts again at version 1, with other files.
+    key = (location.url, versions[-1].version, versions[-1].modified)
+    with _opened_lock:
+        cached = _opened.get(key)
+        if cached is not None:
+            _opened.move_to_end(key)
+            return cached
+    # A version's manifest never changes once committed: this one is safe to keep.
+    loaded = load_manifest(location, versions=versions)
+    dataset = ShuffleDataset(location, loaded.manifest, manifest_stats=loaded.stats)
+    with _opened_lock:
+        dataset = _opened.setdefault(key, dataset)
+        _opened.move_to_end(key)
+        while len(_opened) > CACHED_DATASETS:
+            _opened.popitem(last=False)
+    return dataset
+
+
 def scan(
-    path_or_url: str | os.PathLike[str],
+    path_or_url: Source,
     subpartitions: Subpartitions | None = None,
     storage_options: dict[str, Any] | None = None,
     consumer: int | None = None,
@@ -79,7 +168,9 @@ def scan(
     """Lazily read a shuffle dataset or file as a polars LazyFrame.
 
     Args:
-        path_or_url: a dataset directory or a data file (local path or fsspec URL).
+        path_or_url: a dataset directory or a data file (local path or fsspec URL), or a
+            dataset or file opened already (``open_dataset(path)``): building many frames
+            of one dataset then costs no opening at all.
         subpartitions: an int, a range or a list of ints; all by default.
         storage_options: passed to fsspec (credentials, endpoint, ...).
         consumer: read what this consumer is assigned instead of ``subpartitions``.
@@ -100,13 +191,13 @@ def scan(
             other data.
     """
     _polars()
-    reader = open_shuffle(path_or_url, storage_options)
+    reader = _open(path_or_url, storage_options)
     selection = Selection(subpartitions, consumer, num_consumers, pattern, task)
     return _scan(reader, selection, verify, options)
 
 
 def scan_file(
-    path_or_url: str | os.PathLike[str],
+    path_or_url: Source,
     subpartitions: Subpartitions | None = None,
     storage_options: dict[str, Any] | None = None,
     consumer: int | None = None,
@@ -119,13 +210,13 @@ def scan_file(
 ) -> pl.LazyFrame:
     """Like :func:`scan`, for one data file (its index beside it)."""
     _polars()
-    reader = open_file(path_or_url, storage_options)
+    reader = _open(path_or_url, storage_options, "file")
     selection = Selection(subpartitions, consumer, num_consumers, pattern, task)
     return _scan(reader, selection, verify, options)
 
 
 def scan_dataset(
-    path_or_url: str | os.PathLike[str],
+    path_or_url: Source,
     subpartitions: Subpartitions | None = None,
     storage_options: dict[str, Any] | None = None,
     consumer: int | None = None,
@@ -138,13 +229,13 @@ def scan_dataset(
 ) -> pl.LazyFrame:
     """Like :func:`scan`, for a dataset directory (through its manifest)."""
     _polars()
-    reader = open_dataset(path_or_url, storage_options)
+    reader = _open(path_or_url, storage_options, "dataset")
     selection = Selection(subpartitions, consumer, num_consumers, pattern, task)
     return _scan(reader, selection, verify, options)
 
 
 def read(
-    path_or_url: str | os.PathLike[str],
+    path_or_url: Source,
     subpartitions: Subpartitions | None = None,
     storage_options: dict[str, Any] | None = None,
     consumer: int | None = None,
@@ -171,7 +262,7 @@ def read(
 
 
 def scan_tasks(
-    path_or_url: str | os.PathLike[str],
+    path_or_url: Source,
     target_bytes: int | str = DEFAULT_TARGET_BYTES,
     *,
     storage_options: dict[str, Any] | None = None,
@@ -215,7 +306,7 @@ def scan_tasks(
             of range.
     """
     _polars()
-    reader = open_shuffle(path_or_url, storage_options)
+    reader = _open(path_or_url, storage_options)
     tasks = reader.plan(
         target_bytes,
         subpartitions=subpartitions,
@@ -240,8 +331,7 @@ def _scan(
     if options is not None and not isinstance(options, ReadOptions):
         raise InvalidOptionError(f"options must be a ReadOptions, found {options!r}")
     reader.reads(selection)
-    arrow_schema = polars_arrow_schema(reader.schema)
-    schema = polars.from_arrow(arrow_schema.empty_table()).schema
+    arrow_schema, schema = _schemas(reader)
 
     def source(
         with_columns: list[str] | None,
@@ -296,6 +386,25 @@ def _scan(
         explain_detail=detail,
     )
     return frame
+
+
+#: Per opened reader: the Arrow schema handed to polars and its polars schema.
+_reader_schemas: weakref.WeakKeyDictionary[ShuffleFile | ShuffleDataset, tuple[pa.Schema, Any]]
+_reader_schemas = weakref.WeakKeyDictionary()
+
+
+def _schemas(reader: ShuffleFile | ShuffleDataset) -> tuple[pa.Schema, Any]:
+    """The Arrow schema handed to polars for ``reader``, and its polars schema.
+
+    Kept per reader (a reader's schema never changes): converting a schema to polars costs
+    about as much as the rest of building a LazyFrame.
+    """
+    found = _reader_schemas.get(reader)
+    if found is None:
+        arrow_schema = polars_arrow_schema(reader.schema)
+        found = (arrow_schema, _polars().from_arrow(arrow_schema.empty_table()).schema)
+        _reader_schemas[reader] = found
+    return found
 
 
 #: The most digits a polars decimal holds.

@@ -51,6 +51,7 @@ BENCHMARKS = (
     "partitioners",
     "kernels",
     "reads",
+    "polars_scan",
     "verify",
     "spark",
     "plan",
@@ -82,6 +83,7 @@ SIZE_FLAGS: dict[str, dict[str, list[str]]] = {
             "--region-bytes", str(1 * MiB), "--samples", "4",
             "--s3-rows", "40000", "--s3-region-bytes", str(64 * 1024),
         ],
+        "polars_scan": ["--rows", "200000", "--files", "4", "--subpartitions", "128"],
         "verify": ["--rows", "500000", "--s3-rows", "50000"],
         "spark": [
             "--rows", "100000", "--subpartitions", "8", "--files", "2", "--master", "local[2]",
@@ -97,6 +99,7 @@ SIZE_FLAGS: dict[str, dict[str, list[str]]] = {
         "partitioners": ["--rows", "2000000", "--size", "256MiB", "--pool", "64MiB"],
         "kernels": ["--rows", "2000000", "--writer-rows", "4000000"],
         "reads": ["--rows", "2000000", "--files", "8", "--subpartitions", "64"],
+        "polars_scan": ["--rows", "1000000", "--files", "8", "--subpartitions", "128"],
         "verify": ["--rows", "2000000", "--s3-rows", "200000"],
         "spark": ["--rows", "1000000", "--subpartitions", "16", "--files", "4"],
         "plan": ["--rows", "2000000", "--files", "8", "--subpartitions", "64"],
@@ -114,6 +117,7 @@ SIZE_FLAGS: dict[str, dict[str, list[str]]] = {
             "--region-bytes", str(16 * MiB), "--s3-rows", "1000000",
             "--s3-region-bytes", str(1 * MiB),
         ],
+        "polars_scan": ["--rows", "4000000", "--files", "16", "--subpartitions", "256"],
         "verify": ["--rows", "10000000", "--s3-rows", "1000000"],
         "spark": ["--rows", "10000000", "--subpartitions", "64", "--files", "8"],
         "plan": ["--rows", "10000000", "--files", "8", "--subpartitions", "64"],
@@ -405,6 +409,11 @@ NOTES = """## What each benchmark measures
   At the small size the regions are smaller than the reader's default `max_gap` (256 KiB), so a
   default read merges each file's regions into one request: fewer requests, more bytes. The
   `max_gap=0` row is the same read with exact ranges (one request per region and file).
+* `polars_scan` (`benchmarks/bench_polars_scan.py`): one LazyFrame per subpartition, for every
+  subpartition: `arrowshuffle.polars.scan(path, subpartitions=s)` (the opened dataset kept per
+  manifest version), the same opening the dataset on every call, and `scan(opened_dataset, s)`,
+  against `pl.scan_parquet("<hive>/sp=<s>/")` over a hive-partitioned Parquet copy; building the
+  frames only (the per-call overhead), then building and collecting them. Local disk, warm cache.
 * `verify` (`benchmarks/bench_verify.py`): the same dataset read with `verify=True` against
   `verify=False`, locally (memory-mapped, warm page cache; whole dataset and one subpartition)
   and on moto's S3 server on 127.0.0.1 (open + read), the two settings alternating; `verify="auto"`

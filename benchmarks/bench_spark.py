@@ -30,9 +30,10 @@ Then the read modes of the data source (``--modes-rows`` rows, default 2M, in
 the wall time of a full read aggregated by key (``groupBy(key)``, an aggregate of every
 column) with ``partitioning=plan`` (the default: the target is the selected bytes over the
 cores), a plan at ``target_bytes=128MiB``, ``partitioning=subpartition`` (one Spark partition
-per subpartition), ``consumers=2``, and the same rows as Parquet (``df.write.parquet``, one
-file per writing task) read by Spark; once on the main job's hot-key data (a third of the rows
-on one key) and once with uniform keys.
+per subpartition), ``consumers=2``, and the same rows as Parquet read by Spark, written as
+``df.write.parquet`` (one file per writing task) and as ``df.repartition(n, key).write.parquet``
+(one file per subpartition); once on the main job's hot-key data (a third of the rows on one
+key) and once with uniform keys. The read modes run interleaved, each repeat in another order.
 """
 
 from __future__ import annotations
@@ -62,6 +63,8 @@ READ_MODES: dict[str, dict[str, str]] = {
     "consumers=2": {"consumers": "2"},
 }
 PARQUET = "parquet"
+#: The same rows shuffled by key into the subpartition count first (a Spark shuffle's output).
+REPARTITION_PARQUET = "repartition parquet"
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -126,6 +129,36 @@ def stats(times: list[float]) -> dict[str, float]:
     return timing.spread(times)
 
 
+def tree_cpu_seconds() -> float | None:
+    """CPU seconds used so far by this process and its descendants (Spark's JVM, its Python
+    workers; exited children count through their parents). None where /proc is missing.
+
+    On a machine shared with other work, wall times drift with the load; CPU time much less.
+    """
+    try:
+        stats = {}
+        for entry in os.listdir("/proc"):
+            if entry.isdigit():
+                try:
+                    with open(f"/proc/{entry}/stat") as f:
+                        fields = f.read().rsplit(")", 1)[1].split()
+                except OSError:
+                    continue
+                # After the name: state, ppid, ... utime stime cutime cstime (fields 14-17).
+                stats[int(entry)] = (int(fields[1]), sum(int(x) for x in fields[11:15]))
+    except OSError:
+        return None
+    children: dict[int, list[int]] = {}
+    for pid, (ppid, _) in stats.items():
+        children.setdefault(ppid, []).append(pid)
+    total, todo = 0, [os.getpid()]
+    while todo:
+        pid = todo.pop()
+        total += stats.get(pid, (0, 0))[1]
+        todo.extend(children.get(pid, []))
+    return total / os.sysconf("SC_CLK_TCK")
+
+
 def aggregate(df: Any) -> list[tuple[Any, ...]]:
     """A full read aggregated by key, touching every column; sorted, to compare.
 
@@ -172,16 +205,19 @@ def read_modes(spark: Any, args: argparse.Namespace, work: str) -> dict[str, Any
         df.count()
         path = os.path.join(work, f"modes-{data.replace(' ', '_')}")
         parquet = path + ".parquet"
+        repartitioned = path + ".repartition.parquet"
         ash_spark.write(
             df, path, num_subpartitions=n, partition_by=KEY, compression="lz4", mode="overwrite"
         )
         df.write.mode("overwrite").parquet(parquet)
+        df.repartition(n, KEY).write.mode("overwrite").parquet(repartitioned)
         expected = aggregate(df)
         df.unpersist()
         dataset = open_dataset(path)
         sizes, _ = dataset.subpartition_sizes()
         readers: dict[str, Callable[[], Any]] = {
             PARQUET: lambda p=parquet: spark.read.parquet(p),
+            REPARTITION_PARQUET: lambda p=repartitioned: spark.read.parquet(p),
         }
         for mode, options in READ_MODES.items():
             readers[mode] = lambda o=options, p=path: (
@@ -189,17 +225,26 @@ def read_modes(spark: Any, args: argparse.Namespace, work: str) -> dict[str, Any
             )
         results: dict[str, Any] = {}
         times: dict[str, list[float]] = {name: [] for name in readers}
+        cpus: dict[str, list[float]] = {name: [] for name in readers}
         print(f"... read modes, {data}: read", flush=True)
         for name, make in readers.items():  # one untimed run each: Python workers, JIT
             if aggregate(make()) != expected:
                 raise SystemExit(f"read modes, {data}, {name}: the aggregate differs")
-        for _ in range(args.repeats):  # interleaved, so drifts of the machine hit every mode
-            for name, make in readers.items():
+        names = list(readers)
+        for r in range(args.repeats):  # interleaved, so drifts of the machine hit every mode
+            for name in names[r % len(names) :] + names[: r % len(names)]:
+                make = readers[name]
+                cpu = tree_cpu_seconds()
                 start = time.perf_counter()
                 aggregate(make())
                 times[name].append(time.perf_counter() - start)
+                after = tree_cpu_seconds()
+                if cpu is not None and after is not None:
+                    cpus[name].append(after - cpu)
         for name, make in readers.items():
             results[name] = {**stats(times[name]), "partitions": make().rdd.getNumPartitions()}
+            if cpus[name]:
+                results[name].update({f"cpu_{k}": v for k, v in stats(cpus[name]).items()})
         out[data] = {
             "bytes": int(sizes.sum()),
             "max_over_mean_subpartition": float(sizes.max() / sizes.mean()),
@@ -214,7 +259,8 @@ def print_modes(modes: dict[str, Any], args: argparse.Namespace) -> None:
     print(
         f"{args.modes_rows:,} rows, {args.modes_subpartitions} subpartitions in "
         f"{args.modes_files} files, master {args.master}, full read + groupBy(key), "
-        f"median of {args.repeats}; x = time / Parquet's time"
+        f"median of {args.repeats}; x = time / Parquet's time, x rep = time / repartitioned "
+        "Parquet's time, cpu = CPU seconds of this process tree (Spark's JVM and workers)"
     )
     for data, entry in modes.items():
         results = entry["results"]
@@ -223,12 +269,20 @@ def print_modes(modes: dict[str, Any], args: argparse.Namespace) -> None:
             f"{data}: {entry['bytes'] / 2**20:.1f} MiB, largest subpartition "
             f"{entry['max_over_mean_subpartition']:.1f}x the mean"
         )
-        header = f"  {'mode':<14}{'partitions':>11}{'median s':>10}{'min s':>8}{'max s':>8}{'x':>7}"
+        rep = results[REPARTITION_PARQUET]["median_s"]
+        header = (
+            f"  {'mode':<20}{'partitions':>11}{'median s':>10}{'min s':>8}{'max s':>8}"
+            f"{'x':>7}{'x rep':>7}{'cpu s':>8}{'cpu x':>7}"
+        )
         print(header)
         for name, r in results.items():
+            cpu = r.get("cpu_median_s")
+            cpu_base = results[PARQUET].get("cpu_median_s")
+            cpu_text = f"{cpu:>8.2f}{cpu / cpu_base:>7.2f}" if cpu and cpu_base else ""
             print(
-                f"  {name:<14}{r['partitions']:>11}{r['median_s']:>10.2f}{r['min_s']:>8.2f}"
-                f"{r['max_s']:>8.2f}{r['median_s'] / base:>7.2f}"
+                f"  {name:<20}{r['partitions']:>11}{r['median_s']:>10.2f}{r['min_s']:>8.2f}"
+                f"{r['max_s']:>8.2f}{r['median_s'] / base:>7.2f}{r['median_s'] / rep:>7.2f}"
+                f"{cpu_text}"
             )
 
 

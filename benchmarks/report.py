@@ -347,6 +347,30 @@ def spark_figures(doc: dict[str, Any]) -> Iterator[Figure]:
                     "the same rows as Parquet",
                     Stat.of(found["parquet"]),
                 )
+        rep = found.get("repartition parquet")
+        if rep is not None and "plan" in found:
+            yield Figure(
+                "spark",
+                what,
+                "s",
+                SPARK_READ_MODES["plan"],
+                Stat.of(found["plan"]),
+                "df.repartition(n, key).write.parquet",
+                Stat.of(rep),
+            )
+        for peer, label in (("parquet", "Parquet"), ("repartition parquet", "repartitioned")):
+            if "plan" in found and "cpu_median_s" in found["plan"] and peer in found:
+                if "cpu_median_s" not in found[peer]:
+                    continue
+                yield Figure(
+                    "spark",
+                    f"{what}, CPU of Spark's processes",
+                    "s",
+                    SPARK_READ_MODES["plan"],
+                    Stat.of(found["plan"], "cpu_"),
+                    f"{label} Parquet" if peer != "parquet" else "the same rows as Parquet",
+                    Stat.of(found[peer], "cpu_"),
+                )
 
 
 def plan_figures(doc: dict[str, Any]) -> Iterator[Figure]:
@@ -430,6 +454,26 @@ def wide_figures(doc: dict[str, Any]) -> Iterator[Figure]:
                 Stat(float(after[key])),
                 peer,
                 Stat(float(theirs[key])),
+            )
+
+
+def polars_scan_figures(doc: dict[str, Any]) -> Iterator[Figure]:
+    """bench_polars_scan: a LazyFrame per subpartition against pl.scan_parquet per bucket."""
+    peer_label = doc["peer"]
+    for part, what in (("scan", "build a LazyFrame"), ("scan_collect", "build and collect")):
+        methods = doc[part]
+        peer = Stat.of(methods[peer_label])
+        for label, entry in methods.items():
+            if label == peer_label:
+                continue
+            yield Figure(
+                "polars_scan",
+                f"{what} per subpartition, loop over all",
+                "s",
+                label,
+                Stat.of(entry),
+                peer_label,
+                peer,
             )
 
 
@@ -651,6 +695,7 @@ EXTRACTORS: dict[str, Callable[[dict[str, Any]], Iterator[Figure]]] = {
     "partitioners": partitioner_figures,
     "kernels": kernel_figures,
     "reads": reads_figures,
+    "polars_scan": polars_scan_figures,
     "verify": verify_figures,
     "spark": spark_figures,
     "plan": plan_figures,

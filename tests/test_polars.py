@@ -259,3 +259,74 @@ def test_scan_tasks_on_s3(s3_endpoint, s3_bucket):
     task = planned[0]
     one = asp.scan(written.url, storage_options=storage, task=task, verify=True).collect()
     assert one.height == task.rows
+
+
+# ------------------------------------------------------------- opened datasets, the path cache
+
+
+def test_scan_takes_an_opened_dataset_or_file(ds, tables):
+    opened = open_dataset(ds.url)
+    for s in range(N):
+        got = to_arrow(asp.scan(opened, s).collect())
+        assert canonical(got).equals(canonical(expected_rows(tables, [s])))
+    assert canonical(to_arrow(asp.scan_dataset(opened).collect())).equals(
+        canonical(to_arrow(asp.scan(ds.url).collect()))
+    )
+    one = open_file(ds.data_urls[0])
+    got = to_arrow(asp.scan_file(one, [0, 1]).collect())
+    assert canonical(got).equals(canonical(expected_rows(tables[:1], [0, 1])))
+    assert len(asp.scan_tasks(opened, "1KiB")) > 1
+    with pytest.raises(InvalidOptionError, match="storage_options apply to a path"):
+        asp.scan(opened, storage_options={"anon": True})
+    with pytest.raises(InvalidOptionError, match="an opened dataset, found ShuffleFile"):
+        asp.scan_dataset(one)
+    with pytest.raises(InvalidOptionError, match="an opened file, found ShuffleDataset"):
+        asp.scan_file(opened)
+
+
+def test_scans_by_path_share_one_opened_dataset_per_version(tmp_path):
+    from arrowshuffle import write_dataset as write
+
+    path = str(tmp_path / "ds")
+    first = pa.table({"k": pa.array(range(10), pa.int64())})
+    write(first, path, num_subpartitions=2, by="k")
+    asp.clear_cache()
+    a, b = asp.scan(path, 0), asp.scan(path, 1)
+    assert asp._open(path, None) is asp._open(path, None)  # opened once, while the version holds
+    assert sorted(pl.concat([a.collect(), b.collect()])["k"]) == list(range(10))
+    # A commit makes a new version: the next scan by path sees it, frames built before do not.
+    write(
+        pa.table({"k": pa.array(range(10, 15), pa.int64())}),
+        path,
+        num_subpartitions=2,
+        by="k",
+        mode="append",
+    )
+    both = pl.concat([asp.scan(path, s).collect() for s in (0, 1)])
+    assert sorted(both["k"]) == list(range(15))
+    assert sorted(pl.concat([a.collect(), b.collect()])["k"]) == list(range(10))
+    # An overwrite too, even with the same number of rows.
+    write(
+        pa.table({"k": pa.array(range(100, 115), pa.int64())}),
+        path,
+        num_subpartitions=2,
+        by="k",
+        mode="overwrite",
+    )
+    assert sorted(asp.read(path)["k"]) == list(range(100, 115))
+    opened = asp._open(path, None)
+    asp.clear_cache()
+    assert asp._open(path, None) is not opened
+
+
+def test_a_dataset_written_again_at_the_same_path_is_not_taken_from_the_cache(tmp_path):
+    import shutil
+
+    from arrowshuffle import write_dataset as write
+
+    path = str(tmp_path / "ds")
+    write(pa.table({"k": pa.array([1, 2], pa.int64())}), path, num_subpartitions=2, by="k")
+    assert sorted(asp.read(path)["k"]) == [1, 2]
+    shutil.rmtree(path)  # the new dataset starts again at version 1
+    write(pa.table({"k": pa.array([7, 8, 9], pa.int64())}), path, num_subpartitions=2, by="k")
+    assert sorted(asp.read(path)["k"]) == [7, 8, 9]

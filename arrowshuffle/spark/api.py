@@ -380,6 +380,20 @@ def _default_parallelism(spark: Any) -> int | None:
         return None
 
 
+def _columns_text(columns: Sequence[str]) -> str:
+    """The ``columns`` option: names joined by commas, or a JSON list if that is ambiguous.
+
+    A string is the option's text already (``"a,b"``).
+    """
+    if isinstance(columns, str):
+        return columns
+    names = [str(c) for c in columns]
+    plain = all(n and n == n.strip() and "," not in n for n in names)
+    if plain and names and not names[0].startswith("["):
+        return ",".join(names)
+    return json.dumps(names)
+
+
 def read(
     spark: Any,
     path: str | os.PathLike[str],
@@ -387,6 +401,7 @@ def read(
     partitioning: str | None = None,
     consumers: int | None = None,
     subpartitions: int | str | Sequence[int] | None = None,
+    columns: Sequence[str] | None = None,
     target_bytes: int | str | None = None,
     skew_factor: float | None = None,
     skew_min_bytes: int | str | None = None,
@@ -412,6 +427,9 @@ def read(
         consumers: split the subpartitions into this many contiguous ranges, one Spark
             partition each.
         subpartitions: read only these: an int, a list, or text such as ``"0-7"``/``"1,4"``.
+        columns: read only these columns, in this order (Spark does not tell a Python data
+            source which columns a query uses: without it every column is read); a list of
+            names, or the option's text (``"a,b"``).
         target_bytes: the bytes a planned task aims at (``"128MiB"``); by default the selected
             bytes over ``parallelism``, within 4 MiB .. 128 MiB.
         skew_factor: a subpartition above this multiple of the median (default 5) ...
@@ -444,6 +462,8 @@ def read(
             settings["subpartitions"] = str(subpartitions)
         else:
             settings["subpartitions"] = ",".join(str(int(s)) for s in subpartitions)
+    if columns is not None:
+        settings["columns"] = _columns_text(columns)
     plan = {
         "target_bytes": target_bytes,
         "skew_factor": skew_factor,

@@ -20,8 +20,10 @@ manifest's sizes): contiguous small subpartitions coalesced, a skewed subpartiti
 groups of files. ``partitioning=subpartition`` reads one subpartition per Spark partition
 (partition ``s`` is subpartition ``s``) and ``consumers`` P contiguous ranges; every mode can
 be limited to the ``subpartitions`` option, and every Spark task reads through the same read
-path (``ShuffleDataset.iter_batches``). Batches are yielded in exactly the
-Arrow form Spark expects for the schema derived from the manifest. With the ``pushdown``
+path (``ShuffleDataset.iter_batches``), at the manifest version the query was planned on
+(a Python worker keeps the datasets it opened for its next tasks). Only the columns of option
+``columns`` or of a user read schema are read; batches are joined up to ``batch_rows`` and
+yielded in exactly the Arrow form Spark expects for the read's schema. With the ``pushdown``
 option (and Spark's ``spark.sql.python.filterPushdown.enabled``), equality filters on every key
 column of a ``hash``/``key_group``/``column`` dataset skip the subpartitions they rule out.
 """
@@ -29,7 +31,10 @@ column of a ``hash``/``key_group``/``column`` dataset skip the subpartitions the
 from __future__ import annotations
 
 import functools
+import heapq
+import threading
 import uuid
+from collections import OrderedDict
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, ParamSpec, TypeVar
@@ -53,13 +58,20 @@ from arrowshuffle.readers.dataset import ShuffleDataset, open_dataset
 from arrowshuffle.readers.storage import Location, resolve
 from arrowshuffle.spark.options import (
     FORMAT_NAME,
+    TASK_COST_BYTES,
     SparkReadConfig,
     WriteOptions,
     parse_read_options,
     parse_write_options,
 )
 from arrowshuffle.spark.pruning import prune
-from arrowshuffle.spark.types import conform, spark_arrow_schema, spark_schema, writer_arrow_schema
+from arrowshuffle.spark.types import (
+    conform,
+    spark_arrow_schema,
+    spark_schema,
+    spark_type,
+    writer_arrow_schema,
+)
 from arrowshuffle.writers.commit import Base
 from arrowshuffle.writers.dataset_writer import (
     abort_dataset,
@@ -436,20 +448,42 @@ def planned_partitions(
     """One Spark partition per task of the dataset's plan over ``selection``.
 
     Planned on the driver from the manifest's sizes (and, for the subpartitions it splits,
-    their index entries); no data is read.
+    their index entries); no data is read. Without ``target_bytes``, several targets around
+    the selection's share per slot are planned and the plan that would finish first on
+    ``parallelism`` slots is kept (:func:`makespan`): contiguous subpartitions rarely add up
+    to exactly one share, and a plan of ``slots + 1`` tasks takes two waves.
     """
     if not selection:
         return []
     sizes, _ = dataset.subpartition_sizes()
     selected = int(sizes[np.asarray(selection, dtype=np.int64)].sum())
-    tasks = dataset.plan(
-        options.plan_target(selected),
-        subpartitions=selection,
-        skew_factor=options.skew_factor,
-        skew_min_bytes=options.skew_min_bytes,
-        max_tasks=options.max_tasks,
-    )
-    return [PlannedPartition(i, task, dataset.num_files) for i, task in enumerate(tasks)]
+    slots = options.slots()
+    best: list[PlannedRead] | None = None
+    best_time = 0
+    for target in options.plan_targets(selected):
+        tasks = dataset.plan(
+            target,
+            subpartitions=selection,
+            skew_factor=options.skew_factor,
+            skew_min_bytes=options.skew_min_bytes,
+            max_tasks=options.max_tasks,
+        )
+        finish = makespan([t.bytes for t in tasks], slots)
+        if best is None or finish < best_time:
+            best, best_time = tasks, finish
+    assert best is not None
+    return [PlannedPartition(i, task, dataset.num_files) for i, task in enumerate(best)]
+
+
+def makespan(task_bytes: Sequence[int], slots: int, task_cost: int = TASK_COST_BYTES) -> int:
+    """When tasks of these sizes finish on ``slots`` slots, in bytes read (plus a cost each).
+
+    Spark starts tasks in partition order, each on the first slot free.
+    """
+    free = [0] * max(1, min(slots, len(task_bytes)))
+    for size in task_bytes:
+        heapq.heapreplace(free, free[0] + size + task_cost)
+    return max(free)
 
 
 def check_files(dataset: ShuffleDataset) -> None:
@@ -483,6 +517,181 @@ def check_files(dataset: ShuffleDataset) -> None:
                     raise violation.error(f"dataset {dataset.url} is damaged")
 
 
+def _spark_field(dataset: ShuffleDataset, name: str) -> Any:
+    """The Spark field the reader yields for the dataset's column ``name``.
+
+    Mapped one column at a time: a column with no Spark type stops only the reads that
+    select it.
+    """
+    from pyspark.sql.types import StructField
+
+    field = dataset.schema.field(name)
+    return StructField(name, spark_type(field.type, where=f"field {name!r}"), field.nullable)
+
+
+def read_struct(dataset: ShuffleDataset, columns: Sequence[str] | None) -> Any:
+    """The Spark schema of a read of ``columns`` (in that order; ``None``: every column).
+
+    Raises:
+        SchemaMismatchError: a column the dataset does not have, or one with no Spark type.
+    """
+    if columns is None:
+        return spark_schema(dataset.schema)
+    from pyspark.sql.types import StructType
+
+    stored = dataset.schema.names
+    for name in columns:
+        if name not in stored:
+            raise SchemaMismatchError(
+                f"option columns names {name!r}, which dataset {dataset.url} does not have; "
+                f"its columns are {stored}"
+            )
+    return StructType([_spark_field(dataset, name) for name in columns])
+
+
+def _misfit(stored: Any, asked: Any) -> bool:
+    """Whether Spark type ``asked`` cannot hold what the reader yields as ``stored``.
+
+    Equal types fit; a nullable element, value or field where the dataset has a non-nullable
+    one fits too (the converse would let nulls into a column Spark trusts to have none).
+    """
+    from pyspark.sql.types import ArrayType, MapType, StructType
+
+    if isinstance(stored, ArrayType) and isinstance(asked, ArrayType):
+        return (stored.containsNull and not asked.containsNull) or _misfit(
+            stored.elementType, asked.elementType
+        )
+    if isinstance(stored, MapType) and isinstance(asked, MapType):
+        return (
+            (stored.valueContainsNull and not asked.valueContainsNull)
+            or _misfit(stored.keyType, asked.keyType)
+            or _misfit(stored.valueType, asked.valueType)
+        )
+    if isinstance(stored, StructType) and isinstance(asked, StructType):
+        # Nested fields by position, as Arrow casts structs: same names, same order.
+        return stored.fieldNames() != asked.fieldNames() or any(
+            (s.nullable and not a.nullable) or _misfit(s.dataType, a.dataType)
+            for s, a in zip(stored.fields, asked.fields, strict=True)
+        )
+    return bool(stored != asked)
+
+
+def check_read_schema(dataset: ShuffleDataset, schema: Any, columns: Sequence[str] | None) -> None:
+    """Check a read schema (Spark's ``.schema(...)``, or the one :meth:`schema` derived).
+
+    It may name any subset of the dataset's columns, in any order (batches are built in its
+    order); each column's type must be the Spark type the dataset's schema maps it to
+    (:func:`~arrowshuffle.spark.types.spark_type`): the reader does not convert ``long`` to
+    ``int`` or ``string`` to ``date``. With the ``columns`` option too, both must name the
+    same columns.
+
+    Raises:
+        SchemaMismatchError: a column the dataset lacks, a type other than the dataset's, a
+            non-nullable column the dataset may hold nulls in, or a schema that disagrees
+            with option ``columns``.
+    """
+    names = dataset.schema.names
+    for field in schema.fields:
+        if field.name not in names:
+            raise SchemaMismatchError(
+                f"dataset {dataset.url} has no column {field.name!r}; its columns are {names}"
+            )
+        have = _spark_field(dataset, field.name)
+        expected, found = have.dataType.simpleString(), field.dataType.simpleString()
+        if _misfit(have.dataType, field.dataType):
+            raise SchemaMismatchError(
+                f"column {field.name!r} of dataset {dataset.url} reads as Spark type "
+                f"{expected}, found {found} in the read schema; give it as {expected} "
+                "(and cast in Spark)"
+            )
+        if have.nullable and not field.nullable:
+            raise SchemaMismatchError(
+                f"column {field.name!r} of dataset {dataset.url} may hold nulls, found "
+                f"{found} NOT NULL in the read schema; declare it nullable"
+            )
+    asked = list(schema.fieldNames())
+    if columns is not None and sorted(asked) != sorted(columns):
+        raise SchemaMismatchError(
+            f"option columns names {list(columns)} but the read schema has {asked}; give one "
+            "of them, or the same columns in both"
+        )
+
+
+#: Datasets this process opened for Spark tasks, by path, storage options and version. A
+#: Python worker runs many tasks of a query one after another (Spark reuses workers): each
+#: task then finds the manifest decoded and the files' indexes opened.
+_task_datasets: OrderedDict[tuple[str, str, int], ShuffleDataset] = OrderedDict()
+_task_datasets_lock = threading.Lock()
+#: How many datasets a worker keeps opened (each holds its files' open indexes).
+TASK_DATASETS = 4
+
+
+def task_dataset(options: SparkReadConfig, version: int, files: tuple[str, ...]) -> ShuffleDataset:
+    """The dataset a task reads: manifest ``version`` listing data files ``files``.
+
+    Opened at that version (one read, no listing) or found opened by an earlier task of this
+    process. A dataset of one manifest file (version 0, from before versions) is opened afresh.
+
+    Raises:
+        InvalidOptionError: the dataset was replaced since the query was planned (that
+            version is gone, or lists other files).
+    """
+    key = (options.path, repr(sorted(options.storage_options.items())), version)
+    with _task_datasets_lock:
+        dataset = _task_datasets.get(key)
+    if dataset is None or tuple(f.data for f in dataset.manifest.files) != files:
+        try:
+            dataset = open_dataset(
+                options.path, options.storage_options, version=version if version else None
+            )
+        except MissingObjectError as exc:
+            if not version:
+                raise
+            raise InvalidOptionError(
+                f"dataset {options.path} was replaced while this query ran (manifest version "
+                f"{version}, which the query was planned on, is gone: {exc}); run the query "
+                "again"
+            ) from exc
+        if tuple(f.data for f in dataset.manifest.files) != files:
+            raise InvalidOptionError(
+                f"dataset {dataset.url} was replaced while this query ran (its manifest "
+                "changed since the query was planned); run the query again"
+            )
+        if version:  # a numbered version never changes; a single manifest may
+            with _task_datasets_lock:
+                _task_datasets[key] = dataset
+                while len(_task_datasets) > TASK_DATASETS:
+                    _task_datasets.popitem(last=False)
+    with _task_datasets_lock:
+        if key in _task_datasets:
+            _task_datasets.move_to_end(key)
+    return dataset
+
+
+def coalesce_batches(
+    batches: Iterable[pa.RecordBatch], rows: int, max_bytes: int
+) -> Iterator[pa.RecordBatch]:
+    """Join consecutive batches until one holds ``rows`` rows or ``max_bytes`` bytes.
+
+    A read yields a batch per chunk (a subpartition of one region of one file), often a few
+    thousand rows; every batch Spark receives costs it a message and a columnar batch of its
+    own, so fewer, larger ones are cheaper. A batch already large enough passes unchanged.
+    """
+    group: list[pa.RecordBatch] = []
+    count = size = 0
+    for batch in batches:
+        if batch.num_rows == 0:
+            continue
+        group.append(batch)
+        count += batch.num_rows
+        size += batch.nbytes
+        if count >= rows or size >= max_bytes:
+            yield group[0] if len(group) == 1 else pa.concat_batches(group)
+            group, count, size = [], 0, 0
+    if group:
+        yield group[0] if len(group) == 1 else pa.concat_batches(group)
+
+
 class ArrowShuffleReader(DataSourceReader):
     """Reads a dataset, one planned task (or subpartition selection) per Spark partition."""
 
@@ -493,15 +702,13 @@ class ArrowShuffleReader(DataSourceReader):
         # Kept for planning on the driver; not sent to the executors (see __getstate__).
         self._dataset: ShuffleDataset | None = dataset
         self.files = tuple(f.data for f in dataset.manifest.files)
+        #: The manifest version planned on: every task reads exactly it.
+        self.version = dataset.version
         self.num_subpartitions = dataset.num_subpartitions
         self.selection = options.selection(dataset.num_subpartitions)
+        check_read_schema(dataset, schema, options.columns)
         self.target = spark_arrow_schema(schema)
-        stored = dataset.schema.names
-        missing = [n for n in self.target.names if n not in stored]
-        if missing:
-            raise SchemaMismatchError(
-                f"dataset {dataset.url} has no column {missing[0]!r}; its columns are {stored}"
-            )
+        #: Only these columns' bytes are read and sent to the JVM.
         self.columns = list(self.target.names)
         self.partitioner_spec = dataset.partitioner
         self.stored_schema = dataset.schema
@@ -539,13 +746,7 @@ class ArrowShuffleReader(DataSourceReader):
                 "the arrowshuffle reader reads its own partitions (a planned task or a "
                 f"subpartition selection), found {type(partition).__name__}"
             )
-        dataset = open_dataset(self.options.path, self.options.storage_options)
-        files = tuple(f.data for f in dataset.manifest.files)
-        if files != self.files:
-            raise InvalidOptionError(
-                f"dataset {dataset.url} was replaced while this query ran (its manifest "
-                "changed since the query was planned); run the query again"
-            )
+        dataset = task_dataset(self.options, self.version, self.files)
         if isinstance(partition, PlannedPartition):
             batches = dataset.iter_batches(
                 task=partition.task(dataset.num_files),
@@ -556,7 +757,7 @@ class ArrowShuffleReader(DataSourceReader):
             batches = dataset.iter_batches(
                 list(partition.subpartitions), columns=self.columns, verify=self.options.verify
             )
-        for batch in batches:
+        for batch in coalesce_batches(batches, self.options.batch_rows, self.options.batch_bytes):
             yield conform(batch, self.target)
 
 
@@ -592,9 +793,14 @@ class ArrowShuffleDataSource(DataSource):
 
     @message_first
     def schema(self) -> Any:
-        """The Spark schema derived from the dataset manifest's Arrow schema."""
+        """The Spark schema derived from the dataset manifest's Arrow schema.
+
+        Only the columns of option ``columns``, in its order, when it is given. Spark asks
+        for it only when the read gives no schema of its own.
+        """
         options = parse_read_options(self.options)
-        return spark_schema(open_dataset(options.path, options.storage_options).schema)
+        dataset = open_dataset(options.path, options.storage_options)
+        return read_struct(dataset, options.columns)
 
     @message_first
     def reader(self, schema: Any) -> ArrowShuffleReader:

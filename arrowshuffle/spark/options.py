@@ -50,6 +50,16 @@ Reader options:
     stores only; ``true``; ``false``); ``pushdown`` (``true``: equality filters on the
     partitioning key skip subpartitions, before planning; Spark also needs
     ``spark.sql.python.filterPushdown.enabled``); ``storage_options``.
+
+    ``columns`` (``"a,b,c"``, or a JSON list of names for names holding commas): read only
+    these columns, in this order. A Python data source is not told which columns a query
+    uses, so without it (or a read schema, ``.schema("a long, b string")``) every column is
+    read and sent to the JVM. A read schema may name any subset of the dataset's columns in
+    any order, with the types the dataset's own schema gives them.
+
+    ``batch_rows`` (default 65536) and ``batch_bytes`` (default 32 MiB): the batches a task
+    reads (one per chunk, often a few thousand rows) are joined up to this many rows or bytes
+    before they are sent to the JVM, where every batch has a cost of its own.
 """
 
 from __future__ import annotations
@@ -103,6 +113,9 @@ READER_OPTIONS = frozenset(
         "subpartitions",
         "verify",
         "pushdown",
+        "columns",
+        "batch_rows",
+        "batch_bytes",
         "storage_options",
         *PLAN_OPTIONS,
     }
@@ -116,6 +129,16 @@ DEFAULT_MAX_TARGET_BYTES = DEFAULT_TARGET_BYTES
 #: ... but not below this (smaller tasks cost more in Spark's per-task overhead than they
 #: gain in parallelism; Spark's file sources count 4 MiB per file opened for the same reason).
 DEFAULT_MIN_TARGET_BYTES = 4 * 1024 * 1024
+#: Targets a default plan tries, as multiples of one slot's share of the selected bytes.
+PLAN_TARGET_FACTORS = (1.0, 1.1, 1.25, 0.5, 0.55, 1 / 3, 0.37)
+#: What one more Spark task costs, in bytes read: a Python data source task's fixed cost
+#: (scheduling, the Python worker's round trip, opening the read) measured as about as much
+#: as reading this many bytes of a dataset on local Spark.
+TASK_COST_BYTES = 2 * 1024 * 1024
+#: The rows of a batch a Spark task sends to the JVM (smaller batches read are joined) ...
+DEFAULT_BATCH_ROWS = 65536
+#: ... unless it reaches these bytes first.
+DEFAULT_BATCH_BYTES = 32 * 1024 * 1024
 #: Options of either side: a writer ignores reader options and the other way round, so one
 #: options dict can serve both.
 ALL_OPTIONS = WRITER_OPTIONS | READER_OPTIONS
@@ -168,6 +191,11 @@ class SparkReadConfig:
     subpartitions: tuple[range, ...] | None = None
     verify: Verify = "auto"
     pushdown: bool = False
+    #: The ``columns`` option: the columns to read, in order; ``None``: every column.
+    columns: tuple[str, ...] | None = None
+    #: Batches read are joined up to these rows or bytes before they are sent to the JVM.
+    batch_rows: int = DEFAULT_BATCH_ROWS
+    batch_bytes: int = DEFAULT_BATCH_BYTES
     storage_options: dict[str, Any] = field(default_factory=dict)
     #: The plan's target; ``None``: derived from the selected bytes and ``parallelism``.
     target_bytes: int | None = None
@@ -185,9 +213,32 @@ class SparkReadConfig:
         """
         if self.target_bytes is not None:
             return self.target_bytes
-        parallelism = self.parallelism or os.cpu_count() or 1
-        share = -(-selected_bytes // parallelism)
+        share = -(-selected_bytes // self.slots())
         return min(DEFAULT_MAX_TARGET_BYTES, max(DEFAULT_MIN_TARGET_BYTES, share))
+
+    def slots(self) -> int:
+        """How many tasks run at once: ``parallelism``, or the cores of this machine."""
+        return self.parallelism or os.cpu_count() or 1
+
+    def plan_targets(self, selected_bytes: int) -> list[int]:
+        """The targets a plan without ``target_bytes`` chooses among (see :meth:`plan_target`).
+
+        The share of one slot (one wave of tasks), a little above it (so that subpartitions
+        a little larger than the share do not leave one task over for a second wave), and a
+        half and a third of it (two or three waves, for skewed sizes); all within
+        [:data:`DEFAULT_MIN_TARGET_BYTES`, :data:`DEFAULT_MAX_TARGET_BYTES`].
+        """
+        if self.target_bytes is not None:
+            return [self.target_bytes]
+        share = -(-selected_bytes // self.slots())
+        found: list[int] = []
+        for factor in PLAN_TARGET_FACTORS:
+            target = min(
+                DEFAULT_MAX_TARGET_BYTES, max(DEFAULT_MIN_TARGET_BYTES, int(share * factor))
+            )
+            if target not in found:
+                found.append(target)
+        return found
 
     def selection(self, num_subpartitions: int) -> tuple[int, ...]:
         """The subpartitions to read, ascending: those of the option, or all."""
@@ -296,12 +347,43 @@ def parse_verify(value: str) -> Verify:
         ) from None
 
 
-def parse_columns(value: str) -> tuple[str, ...]:
+def parse_columns(value: str, name: str = "partition_by") -> tuple[str, ...]:
     """Split ``"k1, k2"`` into column names (spaces around commas are dropped)."""
     names = tuple(part.strip() for part in str(value).split(","))
     if not all(names):
         raise InvalidOptionError(
-            f"option partition_by must be column names separated by commas, found {value!r}"
+            f"option {name} must be column names separated by commas, found {value!r}"
+        )
+    return names
+
+
+def parse_read_columns(value: str) -> tuple[str, ...]:
+    """The ``columns`` reader option: ``"a, b"`` or a JSON list of names, each named once.
+
+    Raises:
+        InvalidOptionError: no names, an empty name, or a name given twice.
+    """
+    text = str(value).strip()
+    if text.startswith("["):
+        try:
+            parsed = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise InvalidOptionError(
+                f"option columns must be names separated by commas or a JSON list of names, "
+                f"found {value!r:.80} ({exc})"
+            ) from None
+        names_ok = isinstance(parsed, list) and all(isinstance(n, str) and n for n in parsed)
+        if not (names_ok and parsed):
+            raise InvalidOptionError(
+                f"option columns must be a non-empty JSON list of names, found {value!r:.80}"
+            )
+        names = tuple(parsed)
+    else:
+        names = parse_columns(text, "columns")
+    repeated = sorted({n for n in names if names.count(n) > 1})
+    if repeated:
+        raise InvalidOptionError(
+            f"option columns names each column once, found {repeated[0]!r} more than once"
         )
     return names
 
@@ -429,6 +511,17 @@ def parse_read_options(options: Mapping[str, str]) -> SparkReadConfig:
         ),
         verify=verify,
         pushdown=pushdown,
+        columns=parse_read_columns(opts["columns"]) if "columns" in opts else None,
+        batch_rows=(
+            parse_int(opts["batch_rows"], "batch_rows", minimum=1)
+            if "batch_rows" in opts
+            else DEFAULT_BATCH_ROWS
+        ),
+        batch_bytes=(
+            _positive_bytes(opts["batch_bytes"], "option batch_bytes")
+            if "batch_bytes" in opts
+            else DEFAULT_BATCH_BYTES
+        ),
         storage_options=storage,
         target_bytes=(None if target is None else _positive_bytes(target, "option target_bytes")),
         skew_factor=(
