@@ -361,9 +361,9 @@ def test_a_default_plan_fills_the_slots_in_one_wave(
     import numpy as np
 
     from arrowshuffle import write_dataset
-    from arrowshuffle.spark import options as spark_options
+    from arrowshuffle.readers import balance
 
-    monkeypatch.setattr(spark_options, "DEFAULT_MIN_TARGET_BYTES", 1)  # a small dataset
+    monkeypatch.setattr(balance, "DEFAULT_MIN_TARGET_BYTES", 1)  # a small dataset
     rng = np.random.default_rng(7)
     table = pa.table({"k": rng.integers(0, 100_000, 40_000), "v": rng.random(40_000)})
     path = str(tmp_path / "ds")

@@ -76,6 +76,7 @@ from arrowshuffle.readers.balance import (
     DEFAULT_SKEW_FACTOR,
     DEFAULT_SKEW_MIN_BYTES,
     DEFAULT_TARGET_BYTES,
+    spread_target,
 )
 from arrowshuffle.readers.integrity import Verify
 from arrowshuffle.writers.dataset_writer import SAVE_MODES, normalize_mode
@@ -126,9 +127,9 @@ PARTITIONINGS = ("plan", "subpartition", "consumers")
 DEFAULT_PARTITIONING = "plan"
 #: Without ``target_bytes``, a plan's target: the selected bytes over ``parallelism`` ...
 DEFAULT_MAX_TARGET_BYTES = DEFAULT_TARGET_BYTES
-#: ... but not below this (smaller tasks cost more in Spark's per-task overhead than they
-#: gain in parallelism; Spark's file sources count 4 MiB per file opened for the same reason).
-DEFAULT_MIN_TARGET_BYTES = 4 * 1024 * 1024
+#: ... but not below DEFAULT_MIN_TARGET_BYTES (4 MiB: smaller tasks cost more in Spark's
+#: per-task overhead than they gain in parallelism; Spark's file sources count 4 MiB per file
+#: opened for the same reason).
 #: Targets a default plan tries, as multiples of one slot's share of the selected bytes.
 PLAN_TARGET_FACTORS = (1.0, 1.1, 1.25, 0.5, 0.55, 1 / 3, 0.37)
 #: What one more Spark task costs, in bytes read: a Python data source task's fixed cost
@@ -213,8 +214,7 @@ class SparkReadConfig:
         """
         if self.target_bytes is not None:
             return self.target_bytes
-        share = -(-selected_bytes // self.slots())
-        return min(DEFAULT_MAX_TARGET_BYTES, max(DEFAULT_MIN_TARGET_BYTES, share))
+        return spread_target(selected_bytes, self.slots())
 
     def slots(self) -> int:
         """How many tasks run at once: ``parallelism``, or the cores of this machine."""
@@ -233,9 +233,7 @@ class SparkReadConfig:
         share = -(-selected_bytes // self.slots())
         found: list[int] = []
         for factor in PLAN_TARGET_FACTORS:
-            target = min(
-                DEFAULT_MAX_TARGET_BYTES, max(DEFAULT_MIN_TARGET_BYTES, int(share * factor))
-            )
+            target = spread_target(int(share * factor), 1)
             if target not in found:
                 found.append(target)
         return found
