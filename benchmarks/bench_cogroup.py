@@ -31,6 +31,12 @@ Timed (medians over ``--repeats``; the engines alternate within each repeat):
   task a lazy join + group_by, partial aggregates concatenated and added up.
 * DuckDB on the Parquet files (the same SQL).
 
+Column selection: the lineitem dataset read through the Spark source, all 16 columns (a Python
+data source gets no pruned schema, so Spark reads them all) against ``.option("columns", ...)``
+naming the 4 the query needs, then aggregated: Spark's time, and the data-file bytes the
+source's read path reads for every task of its plan (counted by the reader: bytes mapped and
+touched locally; run in this process, since Spark's Python workers are other processes).
+
 Skew: the co-grouped plan splits the hot key's group over lineitem's files (``split="l"``;
 each piece reads the whole group of orders). Each task of the polars run is timed alone (one
 thread) with and without the split: the slowest task's time over the mean.
@@ -335,6 +341,44 @@ def cogroup_frame(spark: Any, work: Path) -> Any:
     )
 
 
+def column_selection(spark: Any, work: Path, repeats: int) -> dict[str, Any]:
+    """Spark source reads of 16 columns against 4: time, and the bytes the read path reads."""
+    from pyspark.sql import functions as F
+
+    import arrowshuffle.spark as ash_spark
+
+    path = str(work / "shuffle" / "lineitem")
+
+    def query(columns: list[str] | None) -> Callable[[], Any]:
+        def run() -> Any:
+            frame = ash_spark.read(spark, path, columns=columns)
+            return (
+                frame.groupBy("l_shipmode")
+                .agg(F.sum(F.col("l_extendedprice") * (1 - F.col("l_discount"))), F.count("*"))
+                .collect()
+            )
+
+        return run
+
+    timings: dict[str, list[float]] = {"all columns": [], "4 columns": []}
+    runs = {"all columns": query(None), "4 columns": query(LINE_COLUMNS)}
+    if sorted(map(tuple, runs["all columns"]())) != sorted(map(tuple, runs["4 columns"]())):
+        raise SystemExit("column selection changed the Spark query's result")
+    for repeat in range(repeats):
+        for name in runs if repeat % 2 == 0 else reversed(list(runs)):
+            timings[name].append(timing.elapsed(runs[name])[0])
+    read_bytes = {}
+    for name, columns in (("all columns", None), ("4 columns", LINE_COLUMNS)):
+        dataset = arrowshuffle.open_dataset(path)
+        for task in dataset.plan():
+            dataset.read(task=task, columns=columns)
+        read_bytes[name] = sum(dataset.file(i).data_bytes_read for i in range(dataset.num_files))
+    return {
+        "runs": {name: timing.spread(values) for name, values in timings.items()},
+        "data_bytes_read": read_bytes,
+    }
+
+
 def partial_aggregate(tables: dict[str, pa.Table]) -> pa.Table:
     """One task's join and partial aggregate, in pyarrow (what each Spark task runs)."""
     import pyarrow.compute as pc
@@ -387,6 +431,7 @@ def main(argv: list[str] | None = None) -> int:
             order = list(runs) if repeat % 2 == 0 else list(reversed(runs))
             for name in order:
                 seconds[name].append(timing.elapsed(runs[name])[0])
+        columns = column_selection(spark, work, args.repeats) if spark is not None else None
         balance = {
             "split": task_balance(work, split=True),
             "no split": task_balance(work, split=False),
@@ -415,6 +460,7 @@ def main(argv: list[str] | None = None) -> int:
             },
             "runs": {name: timing.spread(s) for name, s in seconds.items()},
             "balance": balance,
+            "column_selection": columns,
             "spark_cogroup_plan": plan_text,
         }
         print_summary(document)
@@ -443,6 +489,14 @@ def print_summary(doc: dict[str, Any]) -> None:
         if ours in runs and peer in runs:
             ratio = runs[ours]["median_s"] / runs[peer]["median_s"]
             print(f"{ours} / {peer}: {ratio:.2f}x" + (f" (goal <= {goal})" if goal else ""))
+    columns = doc.get("column_selection")
+    if columns:
+        runs, read = columns["runs"], columns["data_bytes_read"]
+        print(
+            "Spark source, 4 of 16 columns / all: "
+            f"{runs['4 columns']['median_s'] / runs['all columns']['median_s']:.2f}x time, "
+            f"{read['4 columns'] / read['all columns']:.2f}x bytes read (goal <= 0.35)"
+        )
     for kind, entry in doc["balance"].items():
         print(
             f"tasks, {kind}: {entry['tasks']} ({entry['split_tasks']} split), slowest / mean "

@@ -678,6 +678,27 @@ def cogroup_figures(doc: dict[str, Any]) -> Iterator[Figure]:
                 labels[peer],
                 Stat.of(runs[peer]),
             )
+    columns = doc.get("column_selection")
+    if columns:
+        yield Figure(
+            "cogroup",
+            f"Spark source read + aggregate of {config['lines']:,} lines",
+            "s",
+            '.option("columns", ...): the 4 columns needed',
+            Stat.of(columns["runs"]["4 columns"]),
+            "all 16 columns",
+            Stat.of(columns["runs"]["all columns"]),
+        )
+        read = columns["data_bytes_read"]
+        yield Figure(
+            "cogroup",
+            "data-file bytes the Spark source's read path reads",
+            "B",
+            "4 of 16 columns",
+            Stat(float(read["4 columns"])),
+            "all 16 columns",
+            Stat(float(read["all columns"])),
+        )
     balance = doc["balance"]
     yield Figure(
         "cogroup",

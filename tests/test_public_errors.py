@@ -621,7 +621,7 @@ RECORDS = {
     "WrittenFile",
 }
 #: Spark helpers that take no argument to get wrong.
-NO_ARGUMENTS = {"spark.check_spark_available", "spark.java_available"}
+NO_ARGUMENTS = {"polars.clear_cache", "spark.check_spark_available", "spark.java_available"}
 
 
 def _public_callables() -> set[str]:

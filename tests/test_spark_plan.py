@@ -26,16 +26,13 @@ from pyspark.sql.datasource import CaseInsensitiveDict
 import arrowshuffle as ash
 import arrowshuffle.spark as ash_spark
 from arrowshuffle.format.errors import InvalidOptionError
+from arrowshuffle.readers.balance import DEFAULT_MIN_TARGET_BYTES
 from arrowshuffle.spark.datasource import (
     ArrowShuffleDataSource,
     PlannedPartition,
     SubpartitionSelection,
 )
-from arrowshuffle.spark.options import (
-    DEFAULT_MAX_TARGET_BYTES,
-    DEFAULT_MIN_TARGET_BYTES,
-    parse_read_options,
-)
+from arrowshuffle.spark.options import DEFAULT_MAX_TARGET_BYTES, parse_read_options
 
 N = 8
 HOT = 0  # the factory's skew sends most rows here
