@@ -7,9 +7,10 @@ Run from the repository root::
 
 Data (generated with numpy, shaped like TPC-H): ``lineitem`` with 16 columns and ``orders``
 with 9, joined on the order key; **a third of the lines are on one order key** (a hot key).
-Both are written once as arrowshuffle datasets hash-partitioned by their order key into
-``--subpartitions`` subpartitions (``--files`` producer files for lineitem, 2 for orders, with
-the default options), and once as Parquet files (pyarrow, zstd, the same file counts).
+Both are written twice as arrowshuffle datasets (with the default ZSTD and with
+``compression="none"``) hash-partitioned by their order key into
+``--subpartitions`` subpartitions (``--files`` producer files for lineitem, 2 for orders), and
+once as Parquet files (pyarrow, zstd, the same file counts).
 
 The query, in every engine: the lines joined with their order (inner join on the order key),
 revenue ``sum(l_extendedprice * (1 - l_discount))`` and a count per ``(o_orderpriority,
@@ -26,6 +27,9 @@ Timed (medians over ``--repeats``; the engines alternate within each repeat):
   subpartitions of both datasets, joins and aggregates them with pyarrow; Spark adds up the
   per-task partial aggregates. The physical plan of the co-grouped part is printed and must
   have no ``Exchange``.
+* the two co-grouped runs again on the uncompressed datasets (``, none``): Arrow's ZSTD
+  decompression of the small batches of a shuffle costs more than the join itself, and a local
+  uncompressed read is zero-copy.
 * polars, one big join of the Parquet files (``scan_parquet`` both, lazy join + group_by).
 * arrowshuffle in polars: ``arrowshuffle.polars.cogroup(...).map(...)`` on two threads, each
   task a lazy join + group_by, partial aggregates concatenated and added up.
@@ -63,6 +67,8 @@ import arrowshuffle
 from benchmarks import timing
 
 DEFAULT_OUT = Path("benchmarks/results/cogroup.json")
+#: The datasets' directories and their compression: the default (ZSTD), and none (zero-copy).
+LAYOUTS: dict[str, str | None] = {"shuffle": None, "shuffle-none": "none"}
 HOT_KEY = 7
 GROUP_KEYS = ["o_orderpriority", "l_shipmode"]
 LINE_COLUMNS = ["l_orderkey", "l_extendedprice", "l_discount", "l_shipmode"]
@@ -165,14 +171,16 @@ def write_inputs(work: Path, lines: pa.Table, orders: pa.Table, args: argparse.N
         (work / "parquet" / name).mkdir(parents=True)
         for f in range(files):
             part = table.slice(f * step, step)
-            arrowshuffle.write_dataset(
-                part,
-                work / "shuffle" / name,
-                num_subpartitions=args.subpartitions,
-                partitioner="hash",
-                by=[key],
-                mode="error" if f == 0 else "append",
-            )
+            for layout, compression in LAYOUTS.items():
+                arrowshuffle.write_dataset(
+                    part,
+                    work / layout / name,
+                    num_subpartitions=args.subpartitions,
+                    partitioner="hash",
+                    by=[key],
+                    mode="error" if f == 0 else "append",
+                    **({} if compression is None else {"compression": compression}),
+                )
             pq.write_table(part, work / "parquet" / name / f"part-{f}.parquet", compression="zstd")
 
 
@@ -236,14 +244,14 @@ def polars_query(pl: Any, lines: Any, orders: Any) -> Any:
     )
 
 
-def polars_cogroup(work: Path, split: bool) -> Callable[[], pa.Table]:
+def polars_cogroup(work: Path, split: bool, layout: str = "shuffle") -> Callable[[], pa.Table]:
     import polars as pl
 
     import arrowshuffle.polars as ash_polars
 
     def run() -> pa.Table:
         groups = ash_polars.cogroup(
-            inputs(work),
+            inputs(work, layout),
             columns={"l": LINE_COLUMNS, "o": ORDER_COLUMNS},
             split="l" if split else None,
         )
@@ -258,8 +266,8 @@ def polars_cogroup(work: Path, split: bool) -> Callable[[], pa.Table]:
     return run
 
 
-def inputs(work: Path) -> dict[str, str]:
-    return {"l": str(work / "shuffle" / "lineitem"), "o": str(work / "shuffle" / "orders")}
+def inputs(work: Path, layout: str = "shuffle") -> dict[str, str]:
+    return {"l": str(work / layout / "lineitem"), "o": str(work / layout / "orders")}
 
 
 def task_balance(work: Path, split: bool) -> dict[str, Any]:
@@ -316,24 +324,32 @@ def spark_queries(spark: Any, work: Path) -> dict[str, Callable[[], pa.Table]]:
             ash_spark.read(spark, str(work / "shuffle" / "orders")),
         )
 
-    def cogrouped() -> pa.Table:
-        totals = (
-            cogroup_frame(spark, work)
-            .groupBy(*GROUP_KEYS)
-            .agg(F.sum("revenue").alias("revenue"), F.sum("lines").alias("lines"))
-        )
-        return pa.Table.from_pandas(totals.toPandas(), preserve_index=False)
+    def cogrouped(layout: str) -> Callable[[], pa.Table]:
+        def run() -> pa.Table:
+            totals = (
+                cogroup_frame(spark, work, layout)
+                .groupBy(*GROUP_KEYS)
+                .agg(F.sum("revenue").alias("revenue"), F.sum("lines").alias("lines"))
+            )
+            return pa.Table.from_pandas(totals.toPandas(), preserve_index=False)
 
-    return {"spark parquet": parquet, "spark source": source, "spark cogroup": cogrouped}
+        return run
+
+    return {
+        "spark parquet": parquet,
+        "spark source": source,
+        "spark cogroup": cogrouped("shuffle"),
+        "spark cogroup, none": cogrouped("shuffle-none"),
+    }
 
 
-def cogroup_frame(spark: Any, work: Path) -> Any:
+def cogroup_frame(spark: Any, work: Path, layout: str = "shuffle") -> Any:
     """The per-task partial aggregates of the co-grouped query, as a Spark DataFrame."""
     import arrowshuffle.spark as ash_spark
 
     return ash_spark.map_cogroups(
         spark,
-        inputs(work),
+        inputs(work, layout),
         partial_aggregate,
         "o_orderpriority string, l_shipmode string, revenue double, lines long",
         columns={"l": LINE_COLUMNS, "o": ORDER_COLUMNS},
@@ -407,6 +423,7 @@ def main(argv: list[str] | None = None) -> int:
             "duckdb parquet": duckdb_query(work),
             "polars parquet": polars_parquet(work),
             "polars cogroup": polars_cogroup(work, split=True),
+            "polars cogroup, none": polars_cogroup(work, split=True, layout="shuffle-none"),
         }
         spark = None
         plan_text = ""
@@ -451,8 +468,9 @@ def main(argv: list[str] | None = None) -> int:
                 "pyarrow": pa.__version__,
             },
             "bytes": {
-                "arrowshuffle": {
-                    n: directory_bytes(work / "shuffle" / n) for n in ("lineitem", "orders")
+                **{
+                    layout: {n: directory_bytes(work / layout / n) for n in ("lineitem", "orders")}
+                    for layout in LAYOUTS
                 },
                 "parquet": {
                     n: directory_bytes(work / "parquet" / n) for n in ("lineitem", "orders")
@@ -474,8 +492,10 @@ def main(argv: list[str] | None = None) -> int:
 #: (ours, peer, goal) pairs the summary and the report show.
 COMPARISONS = (
     ("spark cogroup", "spark parquet", 0.8),
+    ("spark cogroup, none", "spark parquet", 0.8),
     ("spark source", "spark parquet", None),
     ("polars cogroup", "polars parquet", 0.8),
+    ("polars cogroup, none", "polars parquet", 0.8),
     ("polars cogroup", "duckdb parquet", None),
     ("spark cogroup", "duckdb parquet", None),
 )

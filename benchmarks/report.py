@@ -655,17 +655,21 @@ def cogroup_figures(doc: dict[str, Any]) -> Iterator[Figure]:
         f"{config['subpartitions']} subpartitions, a third of the lines on one key"
     )
     labels = {
-        "spark cogroup": "arrowshuffle.spark.map_cogroups (no Exchange)",
+        "spark cogroup": "arrowshuffle.spark.map_cogroups (no Exchange), zstd (default)",
+        "spark cogroup, none": "arrowshuffle.spark.map_cogroups, compression none",
         "spark source": "Spark on the arrowshuffle source (shuffled again)",
         "spark parquet": "Spark on Parquet (its own exchange)",
-        "polars cogroup": "arrowshuffle.polars.cogroup",
+        "polars cogroup": "arrowshuffle.polars.cogroup, zstd (default)",
+        "polars cogroup, none": "arrowshuffle.polars.cogroup, compression none",
         "polars parquet": "polars, one join of the Parquet files",
         "duckdb parquet": "DuckDB on the Parquet files",
     }
     for ours, peer in (
         ("spark cogroup", "spark parquet"),
+        ("spark cogroup, none", "spark parquet"),
         ("spark source", "spark parquet"),
         ("polars cogroup", "polars parquet"),
+        ("polars cogroup, none", "polars parquet"),
         ("polars cogroup", "duckdb parquet"),
     ):
         if ours in runs and peer in runs:
