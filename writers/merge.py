@@ -130,7 +130,28 @@ class _RegionRef:
     length: int
 
 
-class _TailSink:
+class _WriteOnlyStream:
+    """What pyarrow asks of a write-only file object besides ``write`` and ``tell``."""
+
+    closed = False
+
+    def writable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return False
+
+    def readable(self) -> bool:
+        return False
+
+    def flush(self) -> None:
+        return None
+
+    def close(self) -> None:
+        self.closed = True
+
+
+class _TailSink(_WriteOnlyStream):
     """A write-only stream that keeps a file's first ``head`` bytes and, once asked, the rest.
 
     Used for the throwaway file whose header and footer a merged file takes: the batches in
@@ -156,21 +177,6 @@ class _TailSink:
 
     def tell(self) -> int:
         return self.position
-
-    def writable(self) -> bool:
-        return True
-
-    def seekable(self) -> bool:
-        return False
-
-    def readable(self) -> bool:
-        return False
-
-    def flush(self) -> None:
-        return None
-
-    def close(self) -> None:
-        self.closed = True
 
 
 def check_rebatch(rebatch: object, batch_rows: object) -> tuple[Rebatch, int]:
@@ -276,7 +282,7 @@ class _Piece(NamedTuple):
     where: Callable[[], str]
 
 
-class _Collector:
+class _Collector(_WriteOnlyStream):
     """A write-only stream whose bytes are taken out after each write (the encoder's sink)."""
 
     def __init__(self) -> None:
@@ -291,21 +297,6 @@ class _Collector:
     def take(self) -> bytes:
         out, self.data = bytes(self.data), bytearray()
         return out
-
-    def writable(self) -> bool:
-        return True
-
-    def seekable(self) -> bool:
-        return False
-
-    def readable(self) -> bool:
-        return False
-
-    def flush(self) -> None:
-        return None
-
-    def close(self) -> None:
-        self.closed = True
 
 
 class _GroupWriter:
