@@ -135,22 +135,31 @@ def _open(
     if not versions:  # a dataset of one manifest file, rewritten in place: never cached
         return open_dataset(source, storage_options)
     # The version file's time as well: a dataset removed and written again at the same path
-    # starts again at version 1, with other files.
+    # starts again at version 1, with other files. Times can be coarse, so a hit must also
+    # still find its first data file, whose name carries a random id: a rewritten dataset
+    # has other names.
     key = (location.url, versions[-1].version, versions[-1].modified)
     with _opened_lock:
         cached = _opened.get(key)
-        if cached is not None:
+        if cached is not None and _still_listed(cached):
             _opened.move_to_end(key)
             return cached
     # A version's manifest never changes once committed: this one is safe to keep.
     loaded = load_manifest(location, versions=versions)
     dataset = ShuffleDataset(location, loaded.manifest, manifest_stats=loaded.stats)
+    if not dataset.num_files:  # nothing to tell a rewrite from it by: not kept
+        return dataset
     with _opened_lock:
-        dataset = _opened.setdefault(key, dataset)
+        _opened[key] = dataset
         _opened.move_to_end(key)
         while len(_opened) > CACHED_DATASETS:
             _opened.popitem(last=False)
     return dataset
+
+
+def _still_listed(dataset: ShuffleDataset) -> bool:
+    """Whether the first data file a cached dataset lists is still there."""
+    return os.path.exists(dataset.data_files[0])
 
 
 def scan(

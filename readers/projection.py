@@ -320,9 +320,19 @@ class SparseFile(io.RawIOBase):
     ) -> None:
         super().__init__()
         self._size = size
-        ordered = sorted(pieces, key=lambda p: p[0])
-        self._starts = [start for start, _ in ordered]
-        self._pieces = [memoryview(data).cast("B") for _, data in ordered]
+        # Pieces may overlap (a batch's metadata inside a merged body range): keeping only those
+        # not inside another leaves starts and ends both ascending, so the last piece starting
+        # at or before a read is the one that reaches furthest.
+        views = sorted(
+            ((start, memoryview(data).cast("B")) for start, data in pieces),
+            key=lambda p: (p[0], -len(p[1])),
+        )
+        kept: list[tuple[int, memoryview]] = []
+        for start, view in views:
+            if not kept or start + len(view) > kept[-1][0] + len(kept[-1][1]):
+                kept.append((start, view))
+        self._starts = [start for start, _ in kept]
+        self._pieces = [view for _, view in kept]
         self._fetch = fetch
         self._position = 0
 

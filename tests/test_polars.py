@@ -330,3 +330,24 @@ def test_a_dataset_written_again_at_the_same_path_is_not_taken_from_the_cache(tm
     shutil.rmtree(path)  # the new dataset starts again at version 1
     write(pa.table({"k": pa.array([7, 8, 9], pa.int64())}), path, num_subpartitions=2, by="k")
     assert sorted(asp.read(path)["k"]) == [7, 8, 9]
+
+
+def test_a_rewrite_whose_version_file_has_the_old_time_is_not_taken_from_the_cache(tmp_path):
+    # File times can be coarse (1-2 s on some file systems): the same version number and time
+    # must not serve the removed dataset's rows.
+    import os
+    import shutil
+
+    from arrowshuffle import write_dataset as write
+
+    path = tmp_path / "ds"
+    versions = path / "_arrowshuffle_versions"
+    write(pa.table({"k": pa.array([1] * 5, pa.int64())}), path, num_subpartitions=2, by="k")
+    assert asp.read(path)["k"].to_list() == [1] * 5
+    (first,) = versions.iterdir()
+    old = os.stat(first)
+    shutil.rmtree(path)
+    write(pa.table({"k": pa.array([2] * 3, pa.int64())}), path, num_subpartitions=2, by="k")
+    (again,) = versions.iterdir()
+    os.utime(again, ns=(old.st_atime_ns, old.st_mtime_ns))
+    assert asp.read(path)["k"].to_list() == [2] * 3

@@ -263,3 +263,25 @@ def test_small_remote_reads_do_not_project_by_default(s3_endpoint, s3_bucket) ->
     part = ash.open_file(url, storage)
     assert part.read(2, columns=["c1"], verify=False).equals(full.select(["c1"]))
     assert part.read_stats().requests == whole.read_stats().requests
+
+
+def test_a_sparse_file_serves_reads_inside_a_piece_that_covers_a_smaller_one() -> None:
+    # A batch's metadata piece inside a merged body piece: a read in the body past the small
+    # piece's end is still served from the big piece, with no request.
+    from arrowshuffle.readers.projection import SparseFile
+
+    data = bytes(range(256)) * 8
+    fetched: list[tuple[int, int]] = []
+
+    def fetch(start: int, end: int) -> bytes:
+        fetched.append((start, end))
+        return data[start:end]
+
+    pieces = [(100, data[100:1500]), (120, data[120:140]), (1400, data[1400:1700])]
+    sparse = SparseFile(len(data), pieces, fetch)
+    for start, end in ((130, 600), (125, 135), (1450, 1690), (100, 1500)):
+        sparse.seek(start)
+        assert sparse.read(end - start) == data[start:end]
+    assert fetched == []
+    sparse.seek(1800)
+    assert sparse.read(10) == data[1800:1810] and fetched == [(1800, 1810)]

@@ -288,3 +288,24 @@ def test_pushdown_prunes_before_planning(tmp_path: Path):
     nothing.pushFilters([EqualTo(("k",), 7), EqualTo(("k",), 8)])  # k = 7 AND k = 8
     (empty,) = nothing.partitions()
     assert isinstance(empty, SubpartitionSelection) and list(nothing.read(empty)) == []
+
+
+def test_a_shipped_reader_plans_the_version_it_was_built_on(tmp_path: Path):
+    """A reader that lost its opened dataset (pickled) plans the same version again, not the
+    latest: its tasks check their files against that version's."""
+    path = str(tmp_path / "ds")
+    table = pa.table({"k": pa.array(range(200), pa.int64())})
+    ash.write_dataset(table, path, num_subpartitions=N, by="k")
+    source = ArrowShuffleDataSource(options(path=path, target_bytes="1KiB"))
+    reader = source.reader(source.schema())
+    shipped = pickle.loads(pickle.dumps(reader))
+    for _ in range(2):  # two more files: the latest version's plan would name them
+        ash.write_dataset(table, path, num_subpartitions=N, by="k", mode="append")
+    parts = shipped.partitions()
+    rows = [
+        r
+        for part in parts
+        for b in shipped.read(pickle.loads(pickle.dumps(part)))
+        for r in b.column("k").to_pylist()
+    ]
+    assert sorted(rows) == list(range(200))

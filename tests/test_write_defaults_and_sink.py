@@ -171,3 +171,35 @@ def test_combine_ahead_yields_each_group_in_order(
     assert [b.num_rows for b in out] == [100] * 10
     assert pa.Table.from_batches(out).column("n").to_pylist() == list(range(1000))
     assert list(combine_ahead([])) == []
+
+
+class ShortWriter(Recorder):
+    """A raw file that takes at most ``most`` bytes per call, as an unbuffered file may."""
+
+    def __init__(self, most: int) -> None:
+        super().__init__()
+        self.most = most
+
+    def write(self, data: Any) -> int:
+        taken = memoryview(data).cast("B")[: self.most]
+        self.calls.append(bytes(taken))
+        return taken.nbytes
+
+
+def test_the_sink_writes_every_byte_to_a_file_that_takes_fewer_per_call() -> None:
+    raw = ShortWriter(most=1000)
+    sink = ChecksummingSink(raw)
+    big = pa.py_buffer(np.arange(3 * SMALL_WRITE + 7, dtype=np.int64).tobytes())
+    pieces: list[Any] = [b"head", big, b"tail"]
+    for piece in pieces:
+        sink.write(piece)
+    sink.flush()
+    expected = b"".join(bytes(memoryview(p)) for p in pieces)
+    assert raw.content() == expected and sink.position == len(expected)
+    assert max(len(c) for c in raw.calls) <= 1000
+
+
+def test_the_sink_refuses_a_file_that_takes_nothing() -> None:
+    sink = ChecksummingSink(ShortWriter(most=0))
+    with pytest.raises(OSError, match="took no bytes"):
+        sink.write(pa.py_buffer(bytes(SMALL_WRITE)))

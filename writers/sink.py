@@ -57,14 +57,29 @@ class ChecksummingSink:
             self._pending += view
         else:
             self.drain()
-            self._raw.write(data)
+            self._write_all(data)
         return n
 
     def drain(self) -> None:
         """Write the gathered small pieces to the wrapped stream."""
         if self._pending:
-            self._raw.write(self._pending)
+            self._write_all(self._pending)
             self._pending = bytearray()
+
+    def _write_all(self, data: Any) -> None:
+        """Write all of ``data``, however many calls the file takes.
+
+        An unbuffered file may take fewer bytes per call (Linux writes at most about 2 GiB at
+        once); what it did not take would be lost unnoticed. The first call gets ``data``
+        itself (a pyarrow buffer is handed over without a copy).
+        """
+        view = memoryview(data).cast("B")
+        taken = self._raw.write(data)
+        while taken is not None and taken < view.nbytes:  # None: a file object that takes all
+            if taken <= 0:
+                raise OSError(f"the file took no bytes of {view.nbytes} still to write")
+            view = view[taken:]
+            taken = self._raw.write(view)
 
     def tell(self) -> int:
         """Bytes written so far."""

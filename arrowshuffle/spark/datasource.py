@@ -724,7 +724,8 @@ class ArrowShuffleReader(DataSourceReader):
         mode = self.options.partitioning
         parts: list[InputPartition]
         if mode == "plan":
-            dataset = self._dataset or open_dataset(self.options.path, self.options.storage_options)
+            # The version the reader was built on (its files are what the tasks check).
+            dataset = self._dataset or task_dataset(self.options, self.version, self.files)
             parts = list(planned_partitions(dataset, self.selection, self.options))
         else:
             consumers = self.options.consumers if mode == "consumers" else None
