@@ -266,7 +266,9 @@ def _bytes_delta(
     n = before.num_subpartitions
     delta = np.zeros(n, dtype=np.int64)
     if before.sizes is None:
-        return delta  # no totals to keep
+        # Not known (the merge did not count them): should the version committed on carry
+        # totals, they are dropped rather than kept stale.
+        return None
     for group in groups:
         out = outputs.get(group.index)
         if out is None:
