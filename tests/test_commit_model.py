@@ -49,7 +49,7 @@ from arrowshuffle.readers.storage import resolve
 from arrowshuffle.writers.compact import (
     CompactionGroup,
     commit_compaction,
-    merge_group,
+    merge_files,
     start_compaction,
 )
 from arrowshuffle.writers.dataset_writer import (
@@ -189,14 +189,14 @@ class CommitModel(RuleBasedStateMachine):
             0, positions, sum(f.data_size for f in inputs), sum(f.rows for f in inputs)
         )
         job_id = new_job_id()
-        written, _ = merge_group(
+        written = merge_files(
             job.directory,
             inputs,
             name=new_file_name(0, job_id=job_id),
             num_subpartitions=before.num_subpartitions,
             partitioner=before.partitioner,
             memory="1MiB",
-        )
+        ).written
         self.pending.append(
             Pending(
                 "compact",

@@ -61,7 +61,7 @@ from arrowshuffle.writers.commit import CommitOutcomeUnknownError
 from arrowshuffle.writers.compact import (
     CompactionGroup,
     commit_compaction,
-    merge_group,
+    merge_files,
     start_compaction,
 )
 from arrowshuffle.writers.dataset_writer import abort_dataset, check_commit, commit_dataset
@@ -141,13 +141,13 @@ def compact_positions(target: Target, positions: tuple[int, ...]) -> int:
         0, tuple(positions), sum(f.data_size for f in inputs), sum(f.rows for f in inputs)
     )
     job_id = new_job_id()
-    written, _ = merge_group(
+    written = merge_files(
         job.directory,
         inputs,
         name=new_file_name(0, job_id=job_id),
         num_subpartitions=before.num_subpartitions,
         partitioner=before.partitioner,
-    )
+    ).written
     return int(
         commit_compaction(job.directory, before, [group], {0: written}, job_id=job_id).version
     )

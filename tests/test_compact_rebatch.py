@@ -20,7 +20,7 @@ from arrowshuffle.format.naming import new_file_name, new_job_id
 from arrowshuffle.writers.compact import (
     AUTO_REBATCH_BYTES,
     commit_compaction,
-    merge_group,
+    merge_files,
     start_compaction,
 )
 from arrowshuffle.writers.merge import group_batches
@@ -265,13 +265,13 @@ def test_totals_without_the_merge_counts_and_after_a_rebase(tmp_path):
     job = start_compaction(url, target_file_size="1GiB", storage_options=None, memory="1MiB")
     (group,) = job.merged
     job_id = new_job_id()
-    written, _ = merge_group(
+    written = merge_files(
         job.directory,
         [job.before.files[i] for i in group.files],
         name=new_file_name(group.index, job_id=job_id),
         num_subpartitions=job.before.num_subpartitions,
         partitioner=job.before.partitioner,
-    )
+    ).written
     _producers(url, 1, 12)  # another job appends meanwhile
     before = {s: t.sort_by("id") for s, t in _reads(url).items()}
     commit_compaction(job.directory, job.before, job.groups, {group.index: written}, job_id=job_id)

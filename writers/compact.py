@@ -12,7 +12,7 @@ so a consumer then makes one read per output region instead of one per input fil
   leave chunks of a few rows each, whose per-message metadata and poorly compressed buffers
   would make a consumer read several times the bytes of the same rows in Parquet: such runs
   of one subpartition are decoded and re-encoded as batches of up to ``batch_rows`` rows
-  (``rebatch``, :func:`~arrowshuffle.writers.merge.merge_group`), whole input batches
+  (``rebatch``, :func:`~arrowshuffle.writers.merge.merge_files`), whole input batches
   concatenated in order. The data file is still a plain Arrow IPC file: its header and its
   footer come from pyarrow (a throwaway file of the same schema, footer metadata and number of
   batches), and the footer's batch Blocks are patched with the written messages' places
@@ -71,7 +71,6 @@ from arrowshuffle.writers.merge import (
     check_rebatch,
     input_bytes,
     merge_files,
-    merge_group,
 )
 
 __all__ = [
@@ -88,7 +87,6 @@ __all__ = [
     "commit_compaction",
     "compact",
     "merge_files",
-    "merge_group",
     "plan_groups",
     "start_compaction",
 ]

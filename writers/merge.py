@@ -3,7 +3,7 @@
 Each output region takes consecutive input regions while their bytes fit the memory budget and
 holds, for each subpartition in order, that subpartition's chunks of those regions (CRC32C
 checked first): copied as bytes, or, when they hold many small batches, decoded and re-encoded
-as fewer, larger batches (*re-batching*, see :func:`merge_group`). The data file is framed by a
+as fewer, larger batches (*re-batching*, see :func:`merge_files`). The data file is framed by a
 header and a footer that pyarrow writes for the same schema, with the footer's batch Blocks
 patched to the written messages (:mod:`arrowshuffle.format.ipc_file`).
 See :mod:`arrowshuffle.writers.compact` for planning and committing.
@@ -481,33 +481,6 @@ class MergedGroup:
     written: WrittenFile
     bytes_read: int
     input_bytes: tuple[int, ...]
-
-
-def merge_group(
-    directory: Location,
-    files: Sequence[ManifestFile],
-    *,
-    name: str,
-    num_subpartitions: int,
-    partitioner: dict[str, Any],
-    memory: int | str = DEFAULT_MEMORY,
-    rebatch: Rebatch = "auto",
-    batch_rows: int = DEFAULT_BATCH_ROWS,
-    progress: Progress | None = None,
-) -> tuple[WrittenFile, int]:
-    """:func:`merge_files`, returning what was published and the data bytes read."""
-    merged = merge_files(
-        directory,
-        files,
-        name=name,
-        num_subpartitions=num_subpartitions,
-        partitioner=partitioner,
-        memory=memory,
-        rebatch=rebatch,
-        batch_rows=batch_rows,
-        progress=progress,
-    )
-    return merged.written, merged.bytes_read
 
 
 def input_bytes(entries: Iterable[np.ndarray], num_subpartitions: int) -> tuple[int, ...]:
