@@ -5,8 +5,7 @@ The checks are :mod:`arrowshuffle.format.data_file`; shared by the reader and th
 
 from __future__ import annotations
 
-import io
-from typing import Any
+import functools
 
 import numpy as np
 import pyarrow as pa
@@ -24,7 +23,7 @@ from arrowshuffle.format.data_file import (
 )
 from arrowshuffle.format.index import IndexHeader
 from arrowshuffle.format.rules import Violation, outside_data_file
-from arrowshuffle.readers.source import ByteSource, MappedSource, RemoteSource
+from arrowshuffle.readers.source import ByteSource, MappedSource, RemoteSource, SparseFile
 
 
 def check_data_file(
@@ -120,45 +119,13 @@ def _uncounted(data: ByteSource, ranges: list[tuple[int, int]]) -> list[pa.Buffe
     return data.read_ranges(ranges)
 
 
-class _RangeFile(io.RawIOBase):
-    """A read-only, seekable file over a byte source, so pyarrow reads only what it needs."""
-
-    def __init__(self, source: ByteSource) -> None:
-        super().__init__()
-        self._source = source
-        self._position = 0
-
-    def readable(self) -> bool:
-        return True
-
-    def seekable(self) -> bool:
-        return True
-
-    def tell(self) -> int:
-        return self._position
-
-    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
-        base = {io.SEEK_SET: 0, io.SEEK_CUR: self._position, io.SEEK_END: self._source.size}
-        self._position = max(0, base[whence] + offset)
-        return self._position
-
-    def read(self, size: int | None = -1) -> bytes:
-        end = self._source.size if size is None or size < 0 else self._position + size
-        end = min(end, self._source.size)
-        if end <= self._position:
-            return b""
-        (chunk,) = self._source.read_ranges([(self._position, end)])
-        self._position = end
-        return bytes(chunk.to_pybytes())
-
-    def readinto(self, buffer: Any) -> int:
-        chunk = self.read(len(memoryview(buffer)))
-        memoryview(buffer).cast("B")[: len(chunk)] = chunk
-        return len(chunk)
-
-
 def _random_access(data: ByteSource) -> pa.NativeFile:
     """A pyarrow file over the data: zero-copy for a memory map, ranged reads otherwise."""
     if isinstance(data, MappedSource):
         return pa.BufferReader(data.mapped)  # Arrow reads the footer only: not counted
-    return pa.PythonFile(_RangeFile(data), mode="r")
+    return pa.PythonFile(SparseFile(data.size, (), functools.partial(_fetch_range, data)), mode="r")
+
+
+def _fetch_range(data: ByteSource, begin: int, end: int) -> bytes:
+    (chunk,) = data.read_ranges([(begin, end)])
+    return bytes(chunk.to_pybytes())

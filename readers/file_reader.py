@@ -60,7 +60,6 @@ from arrowshuffle.readers.projection import (
     FOOTER_GUESS,
     BufferPicker,
     FileLayout,
-    SparseFile,
     footer_length,
     parse_batch_metadata,
     parse_layout,
@@ -74,6 +73,7 @@ from arrowshuffle.readers.source import (
     MappedSource,
     ReadStats,
     RemoteSource,
+    SparseFile,
     open_source,
 )
 from arrowshuffle.readers.storage import Location, object_size, raise_naming, resolve

@@ -13,20 +13,19 @@ batch's block (offset, metadata length, body length). A projected read
    batches the footer lists are fetched whole, once per file).
 
 Arrow decides what it reads: the pieces fetched here are what it is expected to ask for, and a
-read outside them is served by one more ranged read (counted), never by wrong bytes.
+read outside them is served by one more ranged read (counted), never by wrong bytes (the file
+Arrow reads is a :class:`~arrowshuffle.readers.source.SparseFile` of those pieces).
 
 A chunk's CRC32C covers all its bytes, so a verifying read cannot project: projection applies
-only when checksums are not verified (the default for local files). Everything here except
-:class:`SparseFile` is pure (bytes in, ranges out).
+only when checksums are not verified (the default for local files). Everything here is pure
+(bytes in, ranges out).
 """
 
 from __future__ import annotations
 
-import io
 import struct
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -302,75 +301,3 @@ def selected_ranges(
     picked = picked[lengths[picked] > 0]
     starts = body + offsets[picked]
     return list(zip(starts.tolist(), (starts + lengths[picked]).tolist(), strict=True))
-
-
-class SparseFile(io.RawIOBase):
-    """A seekable file of ``size`` bytes of which only some pieces were fetched.
-
-    A read inside a fetched piece is served from it; any other read is fetched with
-    ``fetch`` (one ranged read), so that a wrong guess of what Arrow reads costs a request,
-    never a wrong byte.
-    """
-
-    def __init__(
-        self,
-        size: int,
-        pieces: Sequence[tuple[int, Any]],
-        fetch: Callable[[int, int], bytes],
-    ) -> None:
-        super().__init__()
-        self._size = size
-        # Pieces may overlap (a batch's metadata inside a merged body range): keeping only those
-        # not inside another leaves starts and ends both ascending, so the last piece starting
-        # at or before a read is the one that reaches furthest.
-        views = sorted(
-            ((start, memoryview(data).cast("B")) for start, data in pieces),
-            key=lambda p: (p[0], -len(p[1])),
-        )
-        kept: list[tuple[int, memoryview]] = []
-        for start, view in views:
-            if not kept or start + len(view) > kept[-1][0] + len(kept[-1][1]):
-                kept.append((start, view))
-        self._starts = [start for start, _ in kept]
-        self._pieces = [view for _, view in kept]
-        self._fetch = fetch
-        self._position = 0
-
-    def readable(self) -> bool:
-        """True."""
-        return True
-
-    def seekable(self) -> bool:
-        """True."""
-        return True
-
-    def tell(self) -> int:
-        """The current position."""
-        return self._position
-
-    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
-        """Move to ``offset`` from ``whence``."""
-        base = {io.SEEK_SET: 0, io.SEEK_CUR: self._position, io.SEEK_END: self._size}
-        self._position = max(0, base[whence] + offset)
-        return self._position
-
-    def read(self, size: int | None = -1) -> bytes:
-        """Up to ``size`` bytes from the current position."""
-        start = self._position
-        end = self._size if size is None or size < 0 else min(self._size, start + size)
-        if end <= start:
-            return b""
-        self._position = end
-        i = int(np.searchsorted(self._starts, start, side="right")) - 1
-        if i >= 0:
-            piece = self._pieces[i]
-            at = start - self._starts[i]
-            if at + (end - start) <= len(piece):
-                return bytes(piece[at : at + end - start])
-        return self._fetch(start, end)
-
-    def readinto(self, buffer: Any) -> int:
-        """Read into ``buffer``; returns the bytes read."""
-        data = self.read(len(memoryview(buffer)))
-        memoryview(buffer).cast("B")[: len(data)] = data
-        return len(data)

@@ -268,7 +268,7 @@ def test_small_remote_reads_do_not_project_by_default(s3_endpoint, s3_bucket) ->
 def test_a_sparse_file_serves_reads_inside_a_piece_that_covers_a_smaller_one() -> None:
     # A batch's metadata piece inside a merged body piece: a read in the body past the small
     # piece's end is still served from the big piece, with no request.
-    from arrowshuffle.readers.projection import SparseFile
+    from arrowshuffle.readers.source import SparseFile
 
     data = bytes(range(256)) * 8
     fetched: list[tuple[int, int]] = []
