@@ -49,7 +49,6 @@ thread) with and without the split: the slowest task's time over the mean.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import platform
 import shutil
@@ -65,6 +64,7 @@ import pyarrow.parquet as pq
 
 import arrowshuffle
 from benchmarks import timing
+from benchmarks.output import write_results
 
 DEFAULT_OUT = Path("benchmarks/results/cogroup.json")
 #: The datasets' directories and their compression: the default (ZSTD), and none (zero-copy).
@@ -482,8 +482,7 @@ def main(argv: list[str] | None = None) -> int:
             "spark_cogroup_plan": plan_text,
         }
         print_summary(document)
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps(document, indent=1, sort_keys=True) + "\n")
+        write_results(args.out, document, sort_keys=True)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     return 0

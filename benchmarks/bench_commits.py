@@ -72,6 +72,7 @@ import numpy as np
 import pyarrow as pa
 
 import arrowshuffle
+from benchmarks.output import add_skip_s3, write_results
 
 #: Subpartitions of the race's dataset.
 NUM_SUBPARTITIONS = 8
@@ -995,14 +996,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--seconds", type=float, default=30.0, help="length of one race")
     parser.add_argument("--runs", type=int, default=1, help="races per backend")
     parser.add_argument("--backends", default="local,s3", help="local, s3 or both")
-    parser.add_argument("--skip-s3", action="store_true", help="drop s3 from --backends")
-    parser.add_argument(
-        "--no-s3",
-        dest="skip_s3",
-        action="store_true",
-        default=argparse.SUPPRESS,
-        help=argparse.SUPPRESS,
-    )
+    add_skip_s3(parser, "drop s3 from --backends")
     parser.add_argument("--scenarios", default="race,requests", help="race, requests or both")
     parser.add_argument("--appenders", type=int, default=3)
     parser.add_argument("--readers", type=int, default=2)
@@ -1100,7 +1094,7 @@ def main(argv: list[str] | None = None) -> int:
         print()
         print(text_table(found))
     if args.out:
-        Path(args.out).write_text(json.dumps(report, indent=1) + "\n")
+        write_results(args.out, report)
         print(f"\nwrote {args.out}")
     return 0
 

@@ -29,7 +29,6 @@ The load average before and after is recorded.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import platform
 import sys
@@ -42,6 +41,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from benchmarks.output import write_results
 from benchmarks.timing import spread
 
 CODECS = ("none", "lz4", "zstd")
@@ -305,10 +305,7 @@ def main(argv: list[str] | None = None) -> int:
         "local": local,
         "s3": s3,
     }
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(report, indent=2) + "\n")
-    print(f"\nwrote {out}")
+    write_results(args.out, report)
     return 0
 
 

@@ -26,7 +26,6 @@ from __future__ import annotations
 import argparse
 import cProfile
 import io
-import json
 import os
 import platform
 import pstats
@@ -43,6 +42,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 import arrowshuffle as ash
+from benchmarks.output import write_results
 from benchmarks.timing import time_calls
 
 SUBPARTITION_COLUMN = "subpartition"
@@ -398,8 +398,7 @@ def main(argv: list[str] | None = None) -> int:
             },
             "results": results,
         }
-        out.write_text(json.dumps(report, indent=2) + "\n")
-        print(f"\nwrote {out}")
+        write_results(out, report)
     return 0
 
 

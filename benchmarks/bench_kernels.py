@@ -27,7 +27,6 @@ run. The load average before and after is recorded: other work on the machine sl
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import platform
 import sys
@@ -41,6 +40,7 @@ import numpy as np
 import pyarrow as pa
 
 from arrowshuffle.writers.file_writer import DEFAULT_COMPRESSION
+from benchmarks.output import write_results
 from benchmarks.timing import spread
 
 BATCH_ROWS = 65536
@@ -282,10 +282,7 @@ def main(argv: list[str] | None = None) -> int:
         "writer": writers[0],
         "writers": writers,
     }
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(report, indent=2) + "\n")
-    print(f"\nwrote {out}")
+    write_results(args.out, report)
     return 0
 
 

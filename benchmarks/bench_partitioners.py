@@ -41,6 +41,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from benchmarks.output import write_results
 from benchmarks.timing import median, time_calls
 
 BATCH_ROWS = 65536
@@ -362,10 +363,7 @@ def main(argv: list[str] | None = None) -> None:
         "throughput": results,
         "memory": memory,
     }
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(report, indent=2) + "\n")
-    print(f"\nwrote {out}")
+    write_results(args.out, report)
 
 
 if __name__ == "__main__":

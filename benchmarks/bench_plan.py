@@ -57,6 +57,7 @@ from arrowshuffle.readers.manifest_io import load_manifest
 from arrowshuffle.readers.storage import resolve
 from arrowshuffle.writers.commit import commit_version
 from arrowshuffle.writers.dataset_writer import commit_dataset, prepare_directory
+from benchmarks.output import write_results
 from benchmarks.timing import timed
 
 #: The key that holds a third of the rows in the hot-key data.
@@ -346,7 +347,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.only_many_files:
             many = planned_against_plain(args, work)
             if args.out:
-                Path(args.out).write_text(json.dumps({"many_files": many}, indent=2) + "\n")
+                write_results(args.out, {"many_files": many})
             return 0
         balances = [balance(kind, args, work) for kind in ("hot", "zipf")]
         report = {
@@ -367,7 +368,7 @@ def main(argv: list[str] | None = None) -> int:
     if missed:
         print(f"above the {GOAL}x goal with the plan: {', '.join(missed)}")
     if args.out:
-        Path(args.out).write_text(json.dumps(report, indent=2) + "\n")
+        write_results(args.out, report)
     return 0
 
 

@@ -21,7 +21,6 @@ Usage::
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import platform
 import sys
@@ -36,6 +35,7 @@ import pyarrow as pa
 import arrowshuffle.polars as asp
 from arrowshuffle.readers.dataset import open_dataset
 from benchmarks.bench_reads import generate, write_hive, write_shuffle
+from benchmarks.output import write_results
 from benchmarks.timing import elapsed, spread
 
 #: The peer of every figure.
@@ -148,9 +148,7 @@ def main(argv: list[str] | None = None) -> int:
                 f"  {label:<34} {m['per_call_ms']:8.3f} ms/call  "
                 f"x{m['ratio_vs_peer']:.2f} of the peer"
             )
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(result, indent=1) + "\n")
-    print(f"\nwritten {args.out}")
+    write_results(args.out, result)
     return 0
 
 

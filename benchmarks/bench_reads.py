@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import json
 import logging
 import os
 import platform
@@ -55,6 +54,7 @@ from arrowshuffle.readers.scheduler import ReadOptions
 from arrowshuffle.readers.selection import Selection
 from arrowshuffle.writers.dataset_writer import commit_dataset, prepare_directory
 from arrowshuffle.writers.file_writer import ShuffleFileWriter
+from benchmarks.output import add_skip_s3, write_results
 
 SCHEMA = pa.schema(
     [
@@ -691,14 +691,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--repeat", dest="repeats", type=int, default=argparse.SUPPRESS, help=argparse.SUPPRESS
     )
     parser.add_argument("--samples", type=int, default=4, help="subpartitions read per round")
-    parser.add_argument("--skip-s3", action="store_true", help="skip the object-store part")
-    parser.add_argument(
-        "--no-s3",
-        dest="skip_s3",
-        action="store_true",
-        default=argparse.SUPPRESS,
-        help=argparse.SUPPRESS,
-    )
+    add_skip_s3(parser)
     parser.add_argument("--s3-rows", type=int, default=200_000, help="rows (object store)")
     parser.add_argument("--s3-region-bytes", type=int, default=256 << 10)
     parser.add_argument("--latency-ms", type=float, default=20.0)
@@ -757,9 +750,7 @@ def main(argv: list[str] | None = None) -> int:
     if not args.skip_s3:
         result["s3"] = measure_s3(args, ids)
     print_tables(result)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(result, indent=1) + "\n")
-    print(f"\nwritten {args.out}")
+    write_results(args.out, result)
     return 0
 
 

@@ -39,7 +39,6 @@ key) and once with uniform keys. The read modes run interleaved, each repeat in 
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import platform
 import shutil
@@ -51,6 +50,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks import timing
+from benchmarks.output import write_results
 
 DEFAULT_OUT = Path(__file__).parent / "results" / "spark.json"
 LAYOUTS = ("arrowshuffle", "repartition parquet", "partitionBy parquet")
@@ -427,8 +427,7 @@ def main(argv: list[str] | None = None) -> int:
             "data": modes,
         },
     }
-    args.out.write_text(json.dumps(document, indent=1, sort_keys=True) + "\n")
-    print(f"wrote {args.out}")
+    write_results(args.out, document, sort_keys=True)
     return 0
 
 

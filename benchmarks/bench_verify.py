@@ -15,16 +15,15 @@ Usage::
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import tempfile
 import uuid
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 from arrowshuffle.readers.dataset import open_dataset
 from benchmarks.bench_reads import generate, moto_options, moto_server, write_shuffle
+from benchmarks.output import add_skip_s3, write_results
 from benchmarks.timing import elapsed
 
 SUBPARTITIONS = 16
@@ -60,15 +59,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--s3-rows", type=int, default=200_000, help="rows of the S3 dataset")
     parser.add_argument("--files", type=int, default=4)
     parser.add_argument("--repeats", type=int, default=21, help="reads per median")
-    parser.add_argument("--skip-s3", action="store_true", help="skip the object-store part")
-    # The former spelling, so that older commands still run.
-    parser.add_argument(
-        "--no-s3",
-        dest="skip_s3",
-        action="store_true",
-        default=argparse.SUPPRESS,
-        help=argparse.SUPPRESS,
-    )
+    add_skip_s3(parser)
     parser.add_argument("--out", default=None, help="write the results as JSON here")
     args = parser.parse_args(argv)
     return args
@@ -98,7 +89,7 @@ def main(argv: list[str] | None = None) -> None:
     if args.out:
         config = {"rows": args.rows, "s3_rows": args.s3_rows, "files": args.files}
         document = {"config": config, "reads": results}
-        Path(args.out).write_text(json.dumps(document, indent=1) + "\n")
+        write_results(args.out, document)
 
 
 def s3_costs(args: argparse.Namespace) -> list[dict[str, Any]]:

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 import os
 import sys
 import tempfile
@@ -42,6 +41,7 @@ from arrowshuffle.format.naming import new_file_name
 from arrowshuffle.writers.dataset_writer import commit_dataset, prepare_directory
 from arrowshuffle.writers.file_writer import ShuffleFileWriter, WrittenFile
 from benchmarks.bench_reads import moto_options, moto_server
+from benchmarks.output import add_skip_s3, write_results
 from benchmarks.timing import spread, timed
 
 MB = 1_000_000
@@ -333,14 +333,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--quick", action="store_true", help="M = 64, N = 200, local M 16,64")
-    parser.add_argument("--skip-s3", action="store_true", help="skip the object-store part")
-    parser.add_argument(
-        "--no-s3",
-        dest="skip_s3",
-        action="store_true",
-        default=argparse.SUPPRESS,
-        help=argparse.SUPPRESS,
-    )
+    add_skip_s3(parser)
     parser.add_argument("--out", help="write the results as JSON here")
     args = parser.parse_args(argv)
     if args.quick:
@@ -359,7 +352,7 @@ def main(argv: list[str] | None = None) -> int:
             doc["s3"] = measure_s3(args, Path(tmp))
             print_s3(doc["s3"], args)
     if args.out:
-        Path(args.out).write_text(json.dumps(doc, indent=1) + "\n")
+        write_results(args.out, doc)
     return 0
 
 
