@@ -60,6 +60,7 @@ from arrowshuffle.readers.source import ByteSource
 from arrowshuffle.readers.storage import Location, member
 from arrowshuffle.writers.file_writer import DEFAULT_MAX_BATCH_ROWS, WrittenFile
 from arrowshuffle.writers.output import AtomicOutput, remove_quietly
+from arrowshuffle.writers.sink import WriteOnlyStream
 
 #: Bytes of input regions a merge holds at once, by default.
 DEFAULT_MEMORY = "256MiB"
@@ -130,28 +131,7 @@ class _RegionRef:
     length: int
 
 
-class _WriteOnlyStream:
-    """What pyarrow asks of a write-only file object besides ``write`` and ``tell``."""
-
-    closed = False
-
-    def writable(self) -> bool:
-        return True
-
-    def seekable(self) -> bool:
-        return False
-
-    def readable(self) -> bool:
-        return False
-
-    def flush(self) -> None:
-        return None
-
-    def close(self) -> None:
-        self.closed = True
-
-
-class _TailSink(_WriteOnlyStream):
+class _TailSink(WriteOnlyStream):
     """A write-only stream that keeps a file's first ``head`` bytes and, once asked, the rest.
 
     Used for the throwaway file whose header and footer a merged file takes: the batches in
@@ -164,7 +144,6 @@ class _TailSink(_WriteOnlyStream):
         self.head = bytearray()
         self.tail = bytearray()
         self.capture = False
-        self.closed = False
 
     def write(self, data: Any) -> int:
         view = memoryview(data).cast("B")
@@ -282,12 +261,11 @@ class _Piece(NamedTuple):
     where: Callable[[], str]
 
 
-class _Collector(_WriteOnlyStream):
+class _Collector(WriteOnlyStream):
     """A write-only stream whose bytes are taken out after each write (the encoder's sink)."""
 
     def __init__(self) -> None:
         self.data = bytearray()
-        self.closed = False
 
     def write(self, data: Any) -> int:
         view = memoryview(data).cast("B")

@@ -1,4 +1,4 @@
-"""A write-only stream for pyarrow's IPC writer that tracks position and chunk checksums."""
+"""Write-only streams for pyarrow's IPC writer; one tracks position and chunk checksums."""
 
 from __future__ import annotations
 
@@ -11,7 +11,32 @@ from arrowshuffle.format.crc import crc32c
 SMALL_WRITE = 64 * 1024
 
 
-class ChecksummingSink:
+class WriteOnlyStream:
+    """What pyarrow asks of a write-only file object besides ``write`` and ``tell``."""
+
+    closed = False
+
+    def writable(self) -> bool:
+        """Always True: this is a write-only stream."""
+        return True
+
+    def seekable(self) -> bool:
+        """Always False: the IPC writer must only append."""
+        return False
+
+    def readable(self) -> bool:
+        """Always False: this is a write-only stream."""
+        return False
+
+    def flush(self) -> None:
+        """Nothing is held back."""
+
+    def close(self) -> None:
+        """Mark the stream closed."""
+        self.closed = True
+
+
+class ChecksummingSink(WriteOnlyStream):
     """Pass bytes through to ``raw`` while counting them and checksumming the current chunk.
 
     pyarrow writes a record batch as several ``write`` calls that all finish before
@@ -31,7 +56,6 @@ class ChecksummingSink:
         self._chunk_start = 0
         self._crc = 0
         self._pending = bytearray()
-        self.closed = False
 
     def begin_chunk(self, start: int) -> None:
         """Start a new chunk checksum that covers bytes from ``start`` on."""
@@ -84,18 +108,6 @@ class ChecksummingSink:
     def tell(self) -> int:
         """Bytes written so far."""
         return self.position
-
-    def writable(self) -> bool:
-        """Always True: this is a write-only stream."""
-        return True
-
-    def seekable(self) -> bool:
-        """Always False: the IPC writer must only append."""
-        return False
-
-    def readable(self) -> bool:
-        """Always False: this is a write-only stream."""
-        return False
 
     def flush(self) -> None:
         """Write what is gathered and flush the wrapped stream."""
