@@ -20,10 +20,13 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import TypeVar
 
 import numpy as np
 
 from arrowshuffle.format.errors import InvalidOptionError
+
+_Task = TypeVar("_Task")
 
 #: Spark's adaptive execution splits a partition above 5 x the median ...
 DEFAULT_SKEW_FACTOR = 5.0
@@ -142,9 +145,26 @@ def plan_reads(
     )
     splits = {int(s): sizes_of(int(s)) for s in np.flatnonzero(hot)} if num_files else {}
     total = int(subpartition_bytes[selected].sum()) if selected.any() else 0
-    target = target_bytes
+    return fit_tasks(
+        lambda target: _plan(
+            subpartition_bytes, subpartition_rows, runs, num_files, hot, splits, target
+        ),
+        target_bytes,
+        total,
+        max_tasks,
+    )
+
+
+def fit_tasks(
+    plan: Callable[[int], list[_Task]], target: int, total: int, max_tasks: int | None
+) -> list[_Task]:
+    """``plan(target)``, the target grown by a quarter at a time until at most ``max_tasks``.
+
+    Stops growing at ``total`` bytes (one task's worth), where a plan that still has more
+    tasks (runs that are not contiguous, skew splits) is returned as it is.
+    """
     while True:
-        tasks = _plan(subpartition_bytes, subpartition_rows, runs, num_files, hot, splits, target)
+        tasks = plan(target)
         if max_tasks is None or len(tasks) <= max_tasks or target >= max(total, 1):
             return tasks
         target = min(max(total, 1), max(target + 1, int(target * 1.25)))

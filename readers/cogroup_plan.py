@@ -25,7 +25,13 @@ import numpy as np
 
 from arrowshuffle.format.copartition import Alignment
 from arrowshuffle.format.errors import InvalidOptionError
-from arrowshuffle.readers.balance import SizesOf, SubpartitionSizes, balanced_cuts
+from arrowshuffle.readers.balance import (
+    SizesOf,
+    SubpartitionSizes,
+    balanced_cuts,
+    fit_tasks,
+    skewed,
+)
 from arrowshuffle.readers.selection import FileRead
 
 
@@ -113,18 +119,17 @@ def plan_cogroup(
     m = alignment.num_groups
     group_bytes = {n: _per_group(s.bytes, m) for n, s in inputs.items()}
     group_rows = {n: _per_group(s.rows, m) for n, s in inputs.items()}
-    total = np.sum(list(group_bytes.values()), axis=0, dtype=np.int64)
+    total = np.asarray(np.sum(list(group_bytes.values()), axis=0, dtype=np.int64))
     hot = np.zeros(m, dtype=bool)
-    if split is not None and inputs[split].num_files and m:
-        median = float(np.median(total))
-        hot = np.asarray((total > skew_factor * median) & (total > skew_min_bytes), dtype=bool)
-    all_bytes = int(total.sum())
-    target = target_bytes
-    while True:
-        tasks = _plan(alignment, inputs, group_bytes, group_rows, hot, split, target)
-        if max_tasks is None or len(tasks) <= max_tasks or target >= max(all_bytes, 1):
-            return tasks
-        target = min(max(all_bytes, 1), max(target + 1, int(target * 1.25)))
+    if split is not None and inputs[split].num_files:
+        every = np.ones(m, dtype=bool)
+        hot = skewed(total, every, skew_factor=skew_factor, skew_min_bytes=skew_min_bytes)
+    return fit_tasks(
+        lambda target: _plan(alignment, inputs, group_bytes, group_rows, total, hot, split, target),
+        target_bytes,
+        int(total.sum()),
+        max_tasks,
+    )
 
 
 def _per_group(values: np.ndarray, m: int) -> np.ndarray:
@@ -138,15 +143,16 @@ def _plan(
     inputs: Mapping[str, InputSizes],
     group_bytes: Mapping[str, np.ndarray],
     group_rows: Mapping[str, np.ndarray],
+    total: np.ndarray,
     hot: np.ndarray,
     split: str | None,
     target: int,
 ) -> list[CoGroupTask]:
-    total = np.asarray(np.sum(list(group_bytes.values()), axis=0, dtype=np.int64))
+    """Tasks at one target; ``total`` is every group's bytes over all inputs."""
     tasks: list[CoGroupTask] = []
 
     def add_whole(groups: range) -> None:
-        size = sum(int(b[groups.start : groups.stop].sum()) for b in group_bytes.values())
+        size = int(total[groups.start : groups.stop].sum())
         rows = sum(int(r[groups.start : groups.stop].sum()) for r in group_rows.values())
         tasks.append(CoGroupTask(len(tasks), groups, size, rows))
 
