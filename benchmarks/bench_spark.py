@@ -49,6 +49,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import arrowshuffle
+from arrowshuffle.format.naming import INDEX_SUFFIX
 from benchmarks import timing
 from benchmarks.output import write_results
 
@@ -90,11 +92,16 @@ def timed(fn: Callable[[], Any], repeats: int) -> tuple[float, Any]:
     return timing.median(times), result
 
 
-def data_files(path: str) -> tuple[int, int, int]:
+def data_files(path: str, current: list[str] | None = None) -> tuple[int, int, int]:
     """Data files under ``path``, all objects (index sidecars too) and their bytes.
 
-    Manifests, success markers and checksum files are not counted.
+    Manifests, success markers and checksum files are not counted. ``current`` (a dataset's
+    listed data files) limits the count to those files and their sidecars: an overwrite keeps
+    the older versions' files until a vacuum, and they are not part of the write measured.
     """
+    if current is not None:
+        pairs = [(f, f + INDEX_SUFFIX) for f in current]
+        return len(pairs), 2 * len(pairs), sum(os.path.getsize(p) for pair in pairs for p in pair)
     data = objects = size = 0
     for root, _, names in os.walk(path):
         for name in names:
@@ -358,7 +365,10 @@ def main(argv: list[str] | None = None) -> int:
         for name in LAYOUTS:
             print(f"... {name}: write", flush=True)
             write_s, _ = timed(writers[name], args.repeats)
-            files, objects, size = data_files(paths[name])
+            listed = None
+            if name == "arrowshuffle":
+                listed = arrowshuffle.open_dataset(paths[name]).data_files
+            files, objects, size = data_files(paths[name], listed)
             print(f"... {name}: read", flush=True)
             one_s, one = timed(read_one(name), args.repeats)
             all_s, everything = timed(read_all(name), args.repeats)
