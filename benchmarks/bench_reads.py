@@ -616,7 +616,13 @@ def measure_s3(args: argparse.Namespace, ids: list[int]) -> dict[str, Any]:
 
 
 def print_tables(result: dict[str, Any]) -> None:
-    local = result["local"]
+    local = result.get("local")
+    if local is not None:
+        _print_local(result, local)
+    _print_rest(result)
+
+
+def _print_local(result: dict[str, Any], local: dict[str, Any]) -> None:
     print(
         f"\nLocal (warm cache): {result['config']['rows']:,} rows, {result['config']['files']} "
         f"files, {result['config']['subpartitions']} subpartitions, "
@@ -635,6 +641,9 @@ def print_tables(result: dict[str, Any]) -> None:
         f"{b['arrowshuffle_amplification']:.2f}); data files {b['data_files_bytes'] / MB:.1f} MB; "
         f"hive parquet {b['hive_parquet_bytes'] / MB:.1f} MB in {b['hive_parquet_files']} files"
     )
+
+
+def _print_rest(result: dict[str, Any]) -> None:
     small = result.get("small_reads")
     if small:
         print(
@@ -705,6 +714,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--projection-rows", type=int, default=1_000_000)
     parser.add_argument("--skip-small", action="store_true", help="skip small reads and projection")
     parser.add_argument(
+        "--small-only",
+        action="store_true",
+        help="run only the small reads (no dataset layouts, projection or object store)",
+    )
+    parser.add_argument(
         "--out",
         type=Path,
         default=Path(__file__).resolve().parent / "results" / "reads.json",
@@ -731,6 +745,11 @@ def main(argv: list[str] | None = None) -> int:
     }
     with tempfile.TemporaryDirectory(prefix="bench-reads-") as tmp:
         root = Path(tmp)
+        if args.small_only:
+            result["small_reads"] = measure_small_reads(root, args)
+            print_tables(result)
+            write_results(args.out, result)
+            return 0
         tables = list(generate(args.rows, args.files, args.subpartitions, args.seed))
         write_shuffle(str(root / "shuffle"), tables, args.subpartitions, args.region_bytes)
         write_hive(str(root / "hive"), tables, args.subpartitions, _local_output)
