@@ -128,7 +128,49 @@ class _Proof:
     #: The chunk ranges of proven runs, by ``(start, stop)`` (immutable: shared by reads).
     plans: dict[tuple[int, int], list[ChunkRange]] = field(default_factory=dict)
     #: The data file's bytes that passed V13-V15 and V21 (its head, footer and length).
-    data_key: bytes | None = None
+    data_key: _DataKey | None = None
+
+
+@dataclass(frozen=True)
+class _DataKey:
+    """What rules V13-V15 and V21 read of a data file: its length, first bytes and footer.
+
+    ``head`` and ``tail`` (the footer with its length and magic) are private copies; a later
+    open compares its own map's bytes with them in place.
+    """
+
+    size: int
+    head: pa.Buffer
+    tail: pa.Buffer
+
+    @classmethod
+    def of(cls, whole: pa.Buffer) -> _DataKey | None:
+        """The key of a mapped data file; None when it is too short to hold its parts.
+
+        The full check then runs (and says why).
+        """
+        size = whole.size
+        if size < SCHEMA_PREFIX[1] + 10:
+            return None
+        length = int.from_bytes(whole.slice(size - 10, 4).to_pybytes(), "little", signed=True)
+        if not 0 < length <= size - SCHEMA_PREFIX[1] - 10:
+            return None
+        head = pa.py_buffer(whole.slice(0, SCHEMA_PREFIX[1]).to_pybytes())
+        tail = pa.py_buffer(whole.slice(size - 10 - length, length + 10).to_pybytes())
+        return cls(size, head, tail)
+
+    def matches(self, whole: pa.Buffer) -> bool:
+        """True when ``whole`` has this length, these first bytes and this footer.
+
+        The same last bytes mean the same footer length, so that the same footer.
+        """
+        size = whole.size
+        tail = self.tail.size
+        return bool(
+            size == self.size
+            and whole.slice(0, self.head.size).equals(self.head)
+            and whole.slice(size - tail, tail).equals(self.tail)
+        )
 
 
 _PROOFS: OrderedDict[str, _Proof] = OrderedDict()
@@ -232,7 +274,9 @@ class ShuffleFile(Readable):
         self.index_location = location.sibling(INDEX_SUFFIX)
         # The index's size is learnt from the index itself: a listed size is checked, not
         # trusted (see _first_fetch).
-        self._index_source = open_source(self.index_location)
+        # A local index small enough for the proof cache is read whole: one call, and a copy
+        # of its own that the cache can keep.
+        self._index_source = open_source(self.index_location, read_at_most=PROOF_CACHE_MAX_INDEX)
         self._data_source: ByteSource | None = None
         self._entries: dict[int, np.ndarray] = {}
         # Runs of subpartitions proven with both neighbours at hand: a run inside one of them
@@ -376,8 +420,10 @@ class ShuffleFile(Readable):
             return
         if data.size > PROOF_CACHE_MAX_INDEX:
             return
+        private = isinstance(self._index_source, MappedSource) and self._index_source.private
         proof = _Proof(
-            pa.py_buffer(data.to_pybytes()),  # a copy: the file may change under the map
+            # The bytes proven: a copy of a mapped index, which may change under the map.
+            data if private else pa.py_buffer(data.to_pybytes()),
             self.header,
             self.meta,
             self.index_crc32c,
@@ -710,13 +756,13 @@ class ShuffleFile(Readable):
         and one whose index leaves out a region would lose that region's rows.
         """
         proof = self._proof
-        key = _data_key(source) if proof is not None else None
-        if proof is not None and key is not None and proof.data_key == key:
+        known = proof.data_key if proof is not None else None
+        if known is not None and known.matches(source.mapped):
             return  # the same head, footer and length passed these rules with this index
         _, violations = check_data_file(self.header, self.schema, source, self.meta.regions)
         _raise_first(violations, self.url)
         if proof is not None:
-            proof.data_key = key
+            proof.data_key = _DataKey.of(source.mapped)
 
     def file_tasks(
         self,
@@ -1021,24 +1067,6 @@ class ShuffleFile(Readable):
             f"ShuffleFile({self.url!r}, regions={self.num_regions}, "
             f"subpartitions={self.num_subpartitions}, rows={self.num_rows})"
         )
-
-
-def _data_key(source: MappedSource) -> bytes | None:
-    """What rules V13-V15 and V21 read of a data file: its length, first bytes and footer.
-
-    None when the file is too short to hold them (the full check then runs and says why).
-    """
-    whole = source.mapped
-    size = whole.size
-    if size < SCHEMA_PREFIX[1] + 10:
-        return None
-    tail = whole.slice(size - 10, 10).to_pybytes()
-    length = int.from_bytes(tail[:4], "little", signed=True)
-    if not 0 < length <= size - SCHEMA_PREFIX[1] - 10:
-        return None
-    head: bytes = whole.slice(0, SCHEMA_PREFIX[1]).to_pybytes()
-    footer: bytes = whole.slice(size - 10 - length, length + 10).to_pybytes()
-    return bytes(size.to_bytes(8, "little") + head + footer)
 
 
 def _read_merged(

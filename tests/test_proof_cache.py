@@ -84,3 +84,53 @@ def test_a_replaced_data_file_is_checked_again(pair: Path, tmp_path: Path) -> No
     shutil.copyfile(other, pair)
     with pytest.raises(ash.CorruptFileError):
         ash.open_file(pair).read(0)
+
+
+def _edit_in_place(path: Path, at: int, data: bytes) -> None:
+    with open(path, "r+b") as f:
+        f.seek(at)
+        f.write(data)
+
+
+def test_a_data_file_whose_footer_changed_in_place_is_checked_again(pair: Path) -> None:
+    good = ash.open_file(pair)
+    good.read(0)
+    good.close()
+    # The footer's copy of the file id (the schema message at the start holds another), one
+    # hex digit changed: same length, same head, another footer.
+    data = pair.read_bytes()
+    file_id = good.header.file_id.hex().encode()
+    at = data.rindex(file_id)
+    assert at > len(data) // 2
+    digit = b"0" if data[at : at + 1] != b"0" else b"1"
+    _edit_in_place(pair, at, digit)
+    with pytest.raises(ash.CorruptFileError) as info:
+        ash.open_file(pair).read(0)
+    assert info.value.rule == "V14"
+
+
+def test_a_data_file_whose_head_changed_in_place_is_checked_again(pair: Path) -> None:
+    ash.open_file(pair).read(0)
+    _edit_in_place(pair, 0, b"ARROW2")  # not an Arrow IPC file any more
+    with pytest.raises(ash.CorruptFileError) as info:
+        ash.open_file(pair).read(0)
+    assert info.value.rule == "V13"
+
+
+def test_an_index_edited_in_place_after_a_good_open_is_refused(pair: Path) -> None:
+    # As the hostile edit above, but the file is changed in place (same inode, same size)
+    # while an opened reader still holds its bytes.
+    good = ash.open_file(pair)
+    for s in range(N):
+        good.read(s)
+    index_path = Path(f"{pair}.idx")
+    index = decode_index(index_path.read_bytes())
+    entries = index.entries.copy()
+    entries[[0, 1], 0] = entries[[1, 0], 0]
+    edited = reencode(index, entries=entries)
+    assert len(edited) == index_path.stat().st_size
+    _edit_in_place(index_path, 0, edited)
+    assert good.read(1).num_rows == 100  # the open reader keeps the bytes it proved
+    with pytest.raises(ash.CorruptFileError) as info:
+        ash.open_file(pair).read(0)
+    assert info.value.rule == "V9"
