@@ -127,6 +127,8 @@ class _Proof:
     holds_bytes: np.ndarray | None = None
     #: The chunk ranges of proven runs, by ``(start, stop)`` (immutable: shared by reads).
     plans: dict[tuple[int, int], list[ChunkRange]] = field(default_factory=dict)
+    #: The fetch blocks of reads whose every run is planned above (see ShuffleFile.blocks).
+    blocks: dict[_BlocksKey, tuple[FetchBlock, ...]] = field(default_factory=dict)
     #: The data file's bytes that passed V13-V15 and V21 (its head, footer and length).
     data_key: _DataKey | None = None
 
@@ -172,6 +174,9 @@ class _DataKey:
             and whole.slice(size - tail, tail).equals(self.tail)
         )
 
+
+#: A read's fetch blocks are cached by its run, its regions and the coalescing options.
+_BlocksKey = tuple[int, int, tuple[int, int, int] | None, int, int]
 
 _PROOFS: OrderedDict[str, _Proof] = OrderedDict()
 _PROOFS_LOCK = threading.Lock()
@@ -288,6 +293,9 @@ class ShuffleFile(Readable):
         self._holds_bytes: np.ndarray | None = None
         # The chunk ranges of proven runs, so that a repeated read plans nothing again.
         self._plans: dict[tuple[int, int], list[ChunkRange]] = {}
+        # The fetch blocks of reads of one proven run, so that a repeated read (of this file,
+        # or of another open of the same index) coalesces nothing again.
+        self._blocks: dict[_BlocksKey, tuple[FetchBlock, ...]] = {}
         #: How many runs were proven from their entries (what repeated reads do not redo).
         self.proofs = 0
         self._index_bytes = pa.py_buffer(b"")
@@ -402,7 +410,7 @@ class ShuffleFile(Readable):
             self.header, self.meta, self.index_crc32c = proof.header, proof.meta, proof.crc32c
             self._entries, self._proven = proof.entries, proof.proven
             self._whole, self._holds_bytes = proof.whole, proof.holds_bytes
-            self._plans = proof.plans
+            self._plans, self._blocks = proof.plans, proof.blocks
             self._index_bytes = data
             self._proof = proof
             return
@@ -430,6 +438,7 @@ class ShuffleFile(Readable):
             self._entries,
             self._proven,
             plans=self._plans,
+            blocks=self._blocks,
         )
         self._proof = proof
         _remember_proof(self.index_location.path, proof)
@@ -652,17 +661,7 @@ class ShuffleFile(Readable):
         runs = subpartition_runs(selection, self.num_subpartitions)
         n = self.num_subpartitions
         local = self.location.is_local
-        if (
-            local
-            and self._whole is None
-            and self._proven  # read before: a first read proves only what it reads
-            and 0 < n * self.num_regions <= PROVE_WHOLE_ENTRIES
-        ):
-            whole = self._prove(range(n))
-            self._holds_bytes = np.asarray((whole["length"] > 0).any(axis=1))
-            self._whole = whole
-            if self._proof is not None:
-                self._proof.whole, self._proof.holds_bytes = whole, self._holds_bytes
+        self._prove_whole_if_read_before()
         if self._holds_bytes is not None:
             if not any(self._holds_bytes[r.start : r.stop].any() for r in runs):
                 return []  # proven: nothing to fetch
@@ -685,6 +684,18 @@ class ShuffleFile(Readable):
             ranges = [c for c in ranges if c.region in regions]
         ranges.sort(key=lambda c: (c.offset, c.start))
         return dedupe_broadcast(ranges)
+
+    def _prove_whole_if_read_before(self) -> None:
+        """Prove a small local index whole once it was read before (see PROVE_WHOLE_ENTRIES)."""
+        if self._whole is not None or not self._proven:
+            return  # proven whole already, or not read before: a first read proves what it reads
+        n = self.num_subpartitions
+        if self.location.is_local and 0 < n * self.num_regions <= PROVE_WHOLE_ENTRIES:
+            whole = self._prove(range(n))
+            self._holds_bytes = np.asarray((whole["length"] > 0).any(axis=1))
+            self._whole = whole
+            if self._proof is not None:
+                self._proof.whole, self._proof.holds_bytes = whole, self._holds_bytes
 
     def proven_empty(self, subpartitions: Subpartitions) -> bool:
         """True when the whole index is proven and ``subpartitions`` (a range) hold no bytes.
@@ -736,8 +747,40 @@ class ShuffleFile(Readable):
                 f"options must be a ReadOptions, found {type(options).__name__}"
             )
         options = options or self.options
+        key = self._blocks_key(subpartitions, regions, options)
+        if key is not None:
+            self._prove_whole_if_read_before()  # as a planned read would
+            cached = self._blocks.get(key)
+            if cached is not None:
+                return list(cached)
         ranges = self.chunk_ranges(subpartitions, verify=verify, regions=regions)
-        return coalesce(ranges, max_gap=options.max_gap, max_block=options.max_block)
+        blocks = coalesce(ranges, max_gap=options.max_gap, max_block=options.max_block)
+        # Kept only when the run's plan is kept (proven for good): then so are its blocks.
+        if key is not None and key[:2] in self._plans and len(self._blocks) < PLANS_KEPT:
+            self._blocks[key] = tuple(blocks)
+        return blocks
+
+    def _blocks_key(
+        self, subpartitions: Subpartitions | None, regions: range | None, options: ReadOptions
+    ) -> _BlocksKey | None:
+        """The cache key of a read of one run (None for other selections: not cached).
+
+        Only an ``int``, a ``range`` of step 1 or everything; a key is stored only after a
+        read of it passed every check, so a hit is a selection already found valid.
+        """
+        if subpartitions is None:
+            start, stop = 0, self.num_subpartitions
+        elif type(subpartitions) is int:
+            start, stop = subpartitions, subpartitions + 1
+        elif type(subpartitions) is range and subpartitions.step == 1:
+            start, stop = subpartitions.start, subpartitions.stop
+        else:
+            return None
+        given: object = regions  # anything else is refused by chunk_ranges, uncached
+        if given is not None and type(given) is not range:
+            return None
+        where = None if regions is None else (regions.start, regions.stop, regions.step)
+        return (start, stop, where, options.max_gap, options.max_block)
 
     def data_source(self) -> ByteSource:
         """The data file's byte source (a memory map locally, ranged requests otherwise)."""
@@ -1055,6 +1098,7 @@ class ShuffleFile(Readable):
         self._data_source = None
         self._entries = {}  # not cleared: a cached proof may share it
         self._plans = {}
+        self._blocks = {}
 
     def __enter__(self) -> ShuffleFile:
         return self

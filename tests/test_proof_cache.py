@@ -134,3 +134,36 @@ def test_an_index_edited_in_place_after_a_good_open_is_refused(pair: Path) -> No
     with pytest.raises(ash.CorruptFileError) as info:
         ash.open_file(pair).read(0)
     assert info.value.rule == "V9"
+
+
+def test_a_repeated_read_reuses_its_fetch_blocks_across_opens(
+    pair: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from arrowshuffle.readers.file_reader import ShuffleFile
+    from arrowshuffle.readers.scheduler import ReadOptions
+
+    first = ash.open_file(pair)
+    expected = first.read(1)
+    merged = first.blocks(1)
+    apart = first.blocks(1, options=ReadOptions(max_gap=0))
+    two_regions = first.blocks(1, regions=range(2))
+    # The chunks of one subpartition lie in every region, with other chunks between them.
+    assert len(merged) == 1 and len(apart) == 4
+    assert {c.region for b in two_regions for c in b.ranges} == {0, 1}
+
+    def unplanned(*args: object, **kwargs: object) -> object:
+        raise AssertionError("planned again")
+
+    monkeypatch.setattr(ShuffleFile, "chunk_ranges", unplanned)
+    again = ash.open_file(pair)
+    assert again.blocks(1) == merged
+    assert again.blocks(range(1, 2), options=ReadOptions(max_gap=0)) == apart
+    assert again.blocks(1, regions=range(2)) == two_regions
+    assert again.read(1).equals(expected)
+    monkeypatch.undo()
+    # Selections never read before are planned (and checked) as usual.
+    with pytest.raises(ash.InvalidOptionError):
+        again.read(True)
+    with pytest.raises(ash.InvalidOptionError):
+        again.read(N)
+    assert again.read([1]).equals(expected)
