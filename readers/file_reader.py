@@ -175,6 +175,8 @@ class _DataKey:
         )
 
 
+#: The tuning of a file opened without one (immutable: shared, not built on every open).
+_DEFAULT_OPTIONS = ReadOptions()
 #: A read's fetch blocks are cached by its run, its regions and the coalescing options.
 _BlocksKey = tuple[int, int, tuple[int, int, int] | None, int, int]
 
@@ -275,7 +277,7 @@ class ShuffleFile(Readable):
             raise InvalidOptionError(
                 f"options must be a ReadOptions, found {type(options).__name__}"
             )
-        self.options = options or ReadOptions()
+        self.options = options or _DEFAULT_OPTIONS
         self.index_location = location.sibling(INDEX_SUFFIX)
         # The index's size is learnt from the index itself: a listed size is checked, not
         # trusted (see _first_fetch).
