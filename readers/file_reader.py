@@ -232,7 +232,8 @@ class IndexShape:
 class ShuffleFile(Readable):
     """One shuffle file (data + index), opened for reading.
 
-    Use :func:`arrowshuffle.open_file` to create one. Local files are memory-mapped. URLs are
+    Use :func:`arrowshuffle.open_file` to create one. Local data files are memory-mapped, and
+    so are indexes larger than :data:`PROOF_CACHE_MAX_INDEX` (smaller ones are read whole). URLs are
     read with ranged requests, never with a metadata (HEAD) request:
 
     * the index costs one request when it is at most :data:`INDEX_PREFIX_BYTES` long;
@@ -400,7 +401,7 @@ class ShuffleFile(Readable):
             self._decode_entry_slice(_assemble(segments, begin, end), begin, refetch=False)
 
     def _open_mapped_index(self, data: pa.Buffer) -> None:
-        """Open a memory-mapped index: header, metadata and trailer now, entries when read.
+        """Open a local index: header, metadata and trailer now, entries when read.
 
         Decoding steps 1-7 and 9 (the trailer and the whole-index checksum, computed in place
         at memory speed) run now; each subpartition's entry block is checked (step 8) when a
