@@ -147,12 +147,20 @@ def _load(path: str, read_at_most: int) -> tuple[pa.Buffer, bool]:
 
 
 def _read_whole(fd: int, size: int) -> bytes:
-    """The file's first ``size`` bytes (as a map of that size would hold), in one call.
+    """The first ``size`` bytes of a file just opened (as a map of that size would hold).
 
-    A shorter answer means the file shrank meanwhile: what is there is returned, and the
-    checks of its contents say what is wrong with it.
+    One call for a regular file; a shorter answer means the file shrank meanwhile: what is
+    there is returned, and the checks of its contents say what is wrong with it.
     """
-    return os.pread(fd, size, 0)
+    data = os.read(fd, size)
+    if len(data) == size or not data:
+        return data
+    parts = [data]
+    got = len(data)
+    while got < size and (more := os.read(fd, size - got)):
+        parts.append(more)
+        got += len(more)
+    return b"".join(parts)
 
 
 class RemoteSource:
