@@ -273,18 +273,29 @@ def _write_file(
 
 
 def _write_plain(path: Path, table: pa.Table, compression: str = "none") -> None:
+    _write_batches(path, table.to_batches(max_chunksize=65536), table.schema, compression)
+
+
+def _write_batches(
+    path: Path, batches: list[pa.RecordBatch], schema: pa.Schema, compression: str
+) -> None:
     options = pa.ipc.IpcWriteOptions(compression=None if compression == "none" else compression)
     with (
         pa.OSFile(str(path), "wb") as sink,
-        pa.ipc.new_file(sink, table.schema, options=options) as writer,
+        pa.ipc.new_file(sink, schema, options=options) as writer,
     ):
-        for batch in table.to_batches(max_chunksize=65536):
+        for batch in batches:
             writer.write_batch(batch)
 
 
 def _read_plain(path: Path) -> int:
     with pa.memory_map(str(path)) as source:
         return int(pa.ipc.open_file(source).read_all().num_rows)
+
+
+def _get_batches(reader: pa.ipc.RecordBatchFileReader) -> int:
+    batches = [reader.get_batch(i) for i in range(reader.num_record_batches)]
+    return int(pa.Table.from_batches(batches).num_rows)
 
 
 def measure_small_reads(root: Path, args: argparse.Namespace) -> dict[str, Any]:
@@ -294,6 +305,13 @@ def measure_small_reads(root: Path, args: argparse.Namespace) -> dict[str, Any]:
     memory-mapping and reading a standalone Arrow IPC file of its rows; the same for a range of
     four; and one subpartition of a file already open vs ``get_batch`` of every batch of the
     standalone file, already open.
+
+    Both sides decode the same rows with the same codec (the standalone files are written with
+    ``--small-compression`` too) and Arrow's default threads (``use_threads``: pyarrow's
+    ``read_record_batch`` on our side, its file reader on the other). The standalone file
+    holds its rows in as few batches as it can, while a shuffle file holds one batch per
+    region at least; so the same rounds also time standalone files of exactly the batches our
+    read returns ("same batches"): what the reader costs apart from the batch count.
     """
     rows, n = args.small_rows, args.small_subpartitions
     rng = np.random.default_rng(args.seed)
@@ -304,42 +322,67 @@ def measure_small_reads(root: Path, args: argparse.Namespace) -> dict[str, Any]:
     s = n // 2
     wanted = {1: range(s, s + 1), 4: range(s, s + 4)}
     alone: dict[int, Path] = {}
+    same: dict[int, Path] = {}
+    sizes: dict[str, int] = {}
     for count, run in wanted.items():
         mask = (ids >= run.start) & (ids < run.stop)
         alone[count] = root / f"alone-{count}.arrow"
         _write_plain(alone[count], table.filter(pa.array(mask)), args.small_compression)
+        same[count] = root / f"same-batches-{count}.arrow"
+        with open_file(path) as shuffle:
+            ours = shuffle.read(run)
+            sizes[f"chunk_bytes_{count}"] = sum(c.length for c in shuffle.chunk_ranges(run))
+        _write_batches(same[count], ours.to_batches(), ours.schema, args.small_compression)
+        sizes[f"standalone_bytes_{count}"] = alone[count].stat().st_size
+        sizes[f"same_batches_bytes_{count}"] = same[count].stat().st_size
         expect = int(mask.sum())
         if ash_rows(path, run) != expect or _read_plain(alone[count]) != expect:
             raise SystemExit(f"small reads disagree on subpartitions {run}")
     opened = open_file(path)
-    source = pa.memory_map(str(alone[1]))
-    plain = pa.ipc.open_file(source)
-    batches = range(plain.num_record_batches)
+    plain = pa.ipc.open_file(pa.memory_map(str(alone[1])))
+    plain_same = pa.ipc.open_file(pa.memory_map(str(same[1])))
     methods: dict[str, Callable[[], object]] = {
         "open + read 1 subpartition": lambda: ash_rows(path, wanted[1]),
         "standalone IPC of its rows (mmap)": lambda: _read_plain(alone[1]),
         "open + read 4 subpartitions": lambda: ash_rows(path, wanted[4]),
         "standalone IPC of their rows (mmap)": lambda: _read_plain(alone[4]),
         "read 1 subpartition, file open": lambda: opened.read(s).num_rows,
-        "get_batch, standalone file open": lambda: (
-            pa.Table.from_batches([plain.get_batch(i) for i in batches]).num_rows
-        ),
+        "get_batch, standalone file open": lambda: _get_batches(plain),
     }
-    timings = _interleaved(methods, args.repeats, args.small_calls)
-    names = list(timings)
+    same_methods: dict[str, Callable[[], object]] = {
+        "standalone IPC of its rows, same batches (mmap)": lambda: _read_plain(same[1]),
+        "standalone IPC of their rows, same batches (mmap)": lambda: _read_plain(same[4]),
+        "get_batch, standalone file of the same batches open": lambda: _get_batches(plain_same),
+    }
+    timings = _interleaved(methods | same_methods, args.repeats, args.small_calls)
+    names = list(methods)
     ratios = {
         f"{names[i]} / {names[i + 1]}": timings[names[i]]["median_s"]
         / timings[names[i + 1]]["median_s"]
         for i in (0, 2, 4)
     }
+    same_ratios = {
+        f"{ours} / {peer}": timings[ours]["median_s"] / timings[peer]["median_s"]
+        for ours, peer in zip(names[0::2], same_methods, strict=True)
+    }
     return {
         "rows": rows,
         "subpartitions": n,
         "compression": args.small_compression,
+        "threads": "Arrow's default (use_threads) on both sides",
         "regions": opened.num_regions,
         "rows_per_subpartition": rows / n,
-        "methods": timings,
+        "batches": {
+            "ours_1": len(opened.read(wanted[1]).to_batches()),
+            "standalone_1": plain.num_record_batches,
+            "ours_4": len(opened.read(wanted[4]).to_batches()),
+            "standalone_4": pa.ipc.open_file(pa.memory_map(str(alone[4]))).num_record_batches,
+        },
+        "bytes": sizes,
+        "methods": {name: timings[name] for name in methods},
         "ratios": ratios,
+        "same_batches": {name: timings[name] for name in same_methods},
+        "same_batches_ratios": same_ratios,
     }
 
 
@@ -616,7 +659,13 @@ def measure_s3(args: argparse.Namespace, ids: list[int]) -> dict[str, Any]:
 
 
 def print_tables(result: dict[str, Any]) -> None:
-    local = result["local"]
+    local = result.get("local")
+    if local is not None:
+        _print_local(result, local)
+    _print_rest(result)
+
+
+def _print_local(result: dict[str, Any], local: dict[str, Any]) -> None:
     print(
         f"\nLocal (warm cache): {result['config']['rows']:,} rows, {result['config']['files']} "
         f"files, {result['config']['subpartitions']} subpartitions, "
@@ -635,6 +684,9 @@ def print_tables(result: dict[str, Any]) -> None:
         f"{b['arrowshuffle_amplification']:.2f}); data files {b['data_files_bytes'] / MB:.1f} MB; "
         f"hive parquet {b['hive_parquet_bytes'] / MB:.1f} MB in {b['hive_parquet_files']} files"
     )
+
+
+def _print_rest(result: dict[str, Any]) -> None:
     small = result.get("small_reads")
     if small:
         print(
@@ -642,9 +694,15 @@ def print_tables(result: dict[str, Any]) -> None:
             f"{small['regions']} regions, {small['compression']}"
         )
         for name, m in small["methods"].items():
-            print(f"{name:40} {m['median_s'] * 1000:8.3f} ms (min {m['min_s'] * 1000:.3f})")
+            print(f"{name:52} {m['median_s'] * 1000:8.3f} ms (min {m['min_s'] * 1000:.3f})")
+        for name, m in small.get("same_batches", {}).items():
+            print(f"{name:52} {m['median_s'] * 1000:8.3f} ms (min {m['min_s'] * 1000:.3f})")
         for name, ratio in small["ratios"].items():
             print(f"  {name}: {ratio:.2f}x")
+        for name, ratio in small.get("same_batches_ratios", {}).items():
+            print(f"  {name}: {ratio:.2f}x")
+        if "batches" in small:
+            print(f"  batches: {small['batches']}; bytes: {small['bytes']}")
     for projection in result.get("projection", {}).values():
         print(
             f"\nProjection ({projection['compression']}), one subpartition of "
@@ -705,6 +763,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--projection-rows", type=int, default=1_000_000)
     parser.add_argument("--skip-small", action="store_true", help="skip small reads and projection")
     parser.add_argument(
+        "--small-only",
+        action="store_true",
+        help="run only the small reads (no dataset layouts, projection or object store)",
+    )
+    parser.add_argument(
         "--out",
         type=Path,
         default=Path(__file__).resolve().parent / "results" / "reads.json",
@@ -731,6 +794,11 @@ def main(argv: list[str] | None = None) -> int:
     }
     with tempfile.TemporaryDirectory(prefix="bench-reads-") as tmp:
         root = Path(tmp)
+        if args.small_only:
+            result["small_reads"] = measure_small_reads(root, args)
+            print_tables(result)
+            write_results(args.out, result)
+            return 0
         tables = list(generate(args.rows, args.files, args.subpartitions, args.seed))
         write_shuffle(str(root / "shuffle"), tables, args.subpartitions, args.region_bytes)
         write_hive(str(root / "hive"), tables, args.subpartitions, _local_output)

@@ -127,9 +127,58 @@ class _Proof:
     holds_bytes: np.ndarray | None = None
     #: The chunk ranges of proven runs, by ``(start, stop)`` (immutable: shared by reads).
     plans: dict[tuple[int, int], list[ChunkRange]] = field(default_factory=dict)
+    #: The fetch blocks of reads whose every run is planned above (see ShuffleFile.blocks).
+    blocks: dict[_BlocksKey, tuple[FetchBlock, ...]] = field(default_factory=dict)
     #: The data file's bytes that passed V13-V15 and V21 (its head, footer and length).
-    data_key: bytes | None = None
+    data_key: _DataKey | None = None
 
+
+@dataclass(frozen=True)
+class _DataKey:
+    """What rules V13-V15 and V21 read of a data file: its length, first bytes and footer.
+
+    ``head`` and ``tail`` (the footer with its length and magic) are private copies; a later
+    open compares its own map's bytes with them in place.
+    """
+
+    size: int
+    head: pa.Buffer
+    tail: pa.Buffer
+
+    @classmethod
+    def of(cls, whole: pa.Buffer) -> _DataKey | None:
+        """The key of a mapped data file; None when it is too short to hold its parts.
+
+        The full check then runs (and says why).
+        """
+        size = whole.size
+        if size < SCHEMA_PREFIX[1] + 10:
+            return None
+        length = int.from_bytes(whole.slice(size - 10, 4).to_pybytes(), "little", signed=True)
+        if not 0 < length <= size - SCHEMA_PREFIX[1] - 10:
+            return None
+        head = pa.py_buffer(whole.slice(0, SCHEMA_PREFIX[1]).to_pybytes())
+        tail = pa.py_buffer(whole.slice(size - 10 - length, length + 10).to_pybytes())
+        return cls(size, head, tail)
+
+    def matches(self, whole: pa.Buffer) -> bool:
+        """True when ``whole`` has this length, these first bytes and this footer.
+
+        The same last bytes mean the same footer length, so that the same footer.
+        """
+        size = whole.size
+        tail = self.tail.size
+        return bool(
+            size == self.size
+            and whole.slice(0, self.head.size).equals(self.head)
+            and whole.slice(size - tail, tail).equals(self.tail)
+        )
+
+
+#: The tuning of a file opened without one (immutable: shared, not built on every open).
+_DEFAULT_OPTIONS = ReadOptions()
+#: A read's fetch blocks are cached by its run, its regions and the coalescing options.
+_BlocksKey = tuple[int, int, tuple[int, int, int] | None, int, int]
 
 _PROOFS: OrderedDict[str, _Proof] = OrderedDict()
 _PROOFS_LOCK = threading.Lock()
@@ -183,7 +232,8 @@ class IndexShape:
 class ShuffleFile(Readable):
     """One shuffle file (data + index), opened for reading.
 
-    Use :func:`arrowshuffle.open_file` to create one. Local files are memory-mapped. URLs are
+    Use :func:`arrowshuffle.open_file` to create one. Local data files are memory-mapped, and
+    so are indexes larger than :data:`PROOF_CACHE_MAX_INDEX` (smaller ones are read whole). URLs are
     read with ranged requests, never with a metadata (HEAD) request:
 
     * the index costs one request when it is at most :data:`INDEX_PREFIX_BYTES` long;
@@ -228,11 +278,13 @@ class ShuffleFile(Readable):
             raise InvalidOptionError(
                 f"options must be a ReadOptions, found {type(options).__name__}"
             )
-        self.options = options or ReadOptions()
+        self.options = options or _DEFAULT_OPTIONS
         self.index_location = location.sibling(INDEX_SUFFIX)
         # The index's size is learnt from the index itself: a listed size is checked, not
         # trusted (see _first_fetch).
-        self._index_source = open_source(self.index_location)
+        # A local index small enough for the proof cache is read whole: one call, and a copy
+        # of its own that the cache can keep.
+        self._index_source = open_source(self.index_location, read_at_most=PROOF_CACHE_MAX_INDEX)
         self._data_source: ByteSource | None = None
         self._entries: dict[int, np.ndarray] = {}
         # Runs of subpartitions proven with both neighbours at hand: a run inside one of them
@@ -244,6 +296,9 @@ class ShuffleFile(Readable):
         self._holds_bytes: np.ndarray | None = None
         # The chunk ranges of proven runs, so that a repeated read plans nothing again.
         self._plans: dict[tuple[int, int], list[ChunkRange]] = {}
+        # The fetch blocks of reads of one proven run, so that a repeated read (of this file,
+        # or of another open of the same index) coalesces nothing again.
+        self._blocks: dict[_BlocksKey, tuple[FetchBlock, ...]] = {}
         #: How many runs were proven from their entries (what repeated reads do not redo).
         self.proofs = 0
         self._index_bytes = pa.py_buffer(b"")
@@ -346,7 +401,7 @@ class ShuffleFile(Readable):
             self._decode_entry_slice(_assemble(segments, begin, end), begin, refetch=False)
 
     def _open_mapped_index(self, data: pa.Buffer) -> None:
-        """Open a memory-mapped index: header, metadata and trailer now, entries when read.
+        """Open a local index: header, metadata and trailer now, entries when read.
 
         Decoding steps 1-7 and 9 (the trailer and the whole-index checksum, computed in place
         at memory speed) run now; each subpartition's entry block is checked (step 8) when a
@@ -358,7 +413,7 @@ class ShuffleFile(Readable):
             self.header, self.meta, self.index_crc32c = proof.header, proof.meta, proof.crc32c
             self._entries, self._proven = proof.entries, proof.proven
             self._whole, self._holds_bytes = proof.whole, proof.holds_bytes
-            self._plans = proof.plans
+            self._plans, self._blocks = proof.plans, proof.blocks
             self._index_bytes = data
             self._proof = proof
             return
@@ -376,14 +431,17 @@ class ShuffleFile(Readable):
             return
         if data.size > PROOF_CACHE_MAX_INDEX:
             return
+        private = isinstance(self._index_source, MappedSource) and self._index_source.private
         proof = _Proof(
-            pa.py_buffer(data.to_pybytes()),  # a copy: the file may change under the map
+            # The bytes proven: a copy of a mapped index, which may change under the map.
+            data if private else pa.py_buffer(data.to_pybytes()),
             self.header,
             self.meta,
             self.index_crc32c,
             self._entries,
             self._proven,
             plans=self._plans,
+            blocks=self._blocks,
         )
         self._proof = proof
         _remember_proof(self.index_location.path, proof)
@@ -606,17 +664,7 @@ class ShuffleFile(Readable):
         runs = subpartition_runs(selection, self.num_subpartitions)
         n = self.num_subpartitions
         local = self.location.is_local
-        if (
-            local
-            and self._whole is None
-            and self._proven  # read before: a first read proves only what it reads
-            and 0 < n * self.num_regions <= PROVE_WHOLE_ENTRIES
-        ):
-            whole = self._prove(range(n))
-            self._holds_bytes = np.asarray((whole["length"] > 0).any(axis=1))
-            self._whole = whole
-            if self._proof is not None:
-                self._proof.whole, self._proof.holds_bytes = whole, self._holds_bytes
+        self._prove_whole_if_read_before()
         if self._holds_bytes is not None:
             if not any(self._holds_bytes[r.start : r.stop].any() for r in runs):
                 return []  # proven: nothing to fetch
@@ -639,6 +687,18 @@ class ShuffleFile(Readable):
             ranges = [c for c in ranges if c.region in regions]
         ranges.sort(key=lambda c: (c.offset, c.start))
         return dedupe_broadcast(ranges)
+
+    def _prove_whole_if_read_before(self) -> None:
+        """Prove a small local index whole once it was read before (see PROVE_WHOLE_ENTRIES)."""
+        if self._whole is not None or not self._proven:
+            return  # proven whole already, or not read before: a first read proves what it reads
+        n = self.num_subpartitions
+        if self.location.is_local and 0 < n * self.num_regions <= PROVE_WHOLE_ENTRIES:
+            whole = self._prove(range(n))
+            self._holds_bytes = np.asarray((whole["length"] > 0).any(axis=1))
+            self._whole = whole
+            if self._proof is not None:
+                self._proof.whole, self._proof.holds_bytes = whole, self._holds_bytes
 
     def proven_empty(self, subpartitions: Subpartitions) -> bool:
         """True when the whole index is proven and ``subpartitions`` (a range) hold no bytes.
@@ -690,8 +750,40 @@ class ShuffleFile(Readable):
                 f"options must be a ReadOptions, found {type(options).__name__}"
             )
         options = options or self.options
+        key = self._blocks_key(subpartitions, regions, options)
+        if key is not None:
+            self._prove_whole_if_read_before()  # as a planned read would
+            cached = self._blocks.get(key)
+            if cached is not None:
+                return list(cached)
         ranges = self.chunk_ranges(subpartitions, verify=verify, regions=regions)
-        return coalesce(ranges, max_gap=options.max_gap, max_block=options.max_block)
+        blocks = coalesce(ranges, max_gap=options.max_gap, max_block=options.max_block)
+        # Kept only when the run's plan is kept (proven for good): then so are its blocks.
+        if key is not None and key[:2] in self._plans and len(self._blocks) < PLANS_KEPT:
+            self._blocks[key] = tuple(blocks)
+        return blocks
+
+    def _blocks_key(
+        self, subpartitions: Subpartitions | None, regions: range | None, options: ReadOptions
+    ) -> _BlocksKey | None:
+        """The cache key of a read of one run (None for other selections: not cached).
+
+        Only an ``int``, a ``range`` of step 1 or everything; a key is stored only after a
+        read of it passed every check, so a hit is a selection already found valid.
+        """
+        if subpartitions is None:
+            start, stop = 0, self.num_subpartitions
+        elif type(subpartitions) is int:
+            start, stop = subpartitions, subpartitions + 1
+        elif type(subpartitions) is range and subpartitions.step == 1:
+            start, stop = subpartitions.start, subpartitions.stop
+        else:
+            return None
+        given: object = regions  # anything else is refused by chunk_ranges, uncached
+        if given is not None and type(given) is not range:
+            return None
+        where = None if regions is None else (regions.start, regions.stop, regions.step)
+        return (start, stop, where, options.max_gap, options.max_block)
 
     def data_source(self) -> ByteSource:
         """The data file's byte source (a memory map locally, ranged requests otherwise)."""
@@ -710,13 +802,13 @@ class ShuffleFile(Readable):
         and one whose index leaves out a region would lose that region's rows.
         """
         proof = self._proof
-        key = _data_key(source) if proof is not None else None
-        if proof is not None and key is not None and proof.data_key == key:
+        known = proof.data_key if proof is not None else None
+        if known is not None and known.matches(source.mapped):
             return  # the same head, footer and length passed these rules with this index
         _, violations = check_data_file(self.header, self.schema, source, self.meta.regions)
         _raise_first(violations, self.url)
         if proof is not None:
-            proof.data_key = key
+            proof.data_key = _DataKey.of(source.mapped)
 
     def file_tasks(
         self,
@@ -1009,6 +1101,7 @@ class ShuffleFile(Readable):
         self._data_source = None
         self._entries = {}  # not cleared: a cached proof may share it
         self._plans = {}
+        self._blocks = {}
 
     def __enter__(self) -> ShuffleFile:
         return self
@@ -1021,24 +1114,6 @@ class ShuffleFile(Readable):
             f"ShuffleFile({self.url!r}, regions={self.num_regions}, "
             f"subpartitions={self.num_subpartitions}, rows={self.num_rows})"
         )
-
-
-def _data_key(source: MappedSource) -> bytes | None:
-    """What rules V13-V15 and V21 read of a data file: its length, first bytes and footer.
-
-    None when the file is too short to hold them (the full check then runs and says why).
-    """
-    whole = source.mapped
-    size = whole.size
-    if size < SCHEMA_PREFIX[1] + 10:
-        return None
-    tail = whole.slice(size - 10, 10).to_pybytes()
-    length = int.from_bytes(tail[:4], "little", signed=True)
-    if not 0 < length <= size - SCHEMA_PREFIX[1] - 10:
-        return None
-    head: bytes = whole.slice(0, SCHEMA_PREFIX[1]).to_pybytes()
-    footer: bytes = whole.slice(size - 10 - length, length + 10).to_pybytes()
-    return bytes(size.to_bytes(8, "little") + head + footer)
 
 
 def _read_merged(

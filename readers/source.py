@@ -6,7 +6,10 @@ import bisect
 import errno
 import io
 import logging
+import mmap
+import os
 import random
+import stat
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -80,16 +83,19 @@ class ByteSource(Protocol):
 class MappedSource:
     """A local file, memory-mapped once; reads are zero-copy slices of the map.
 
-    ``bytes_read`` counts the bytes of the slices handed out: what reads plan to touch.
+    A file of at most ``read_at_most`` bytes (an index, say) is read whole with one call
+    instead: a map costs more than copying a few KiB, and the bytes then cannot change under
+    the reader (:attr:`private`). ``bytes_read`` counts the bytes of the slices handed out:
+    what reads plan to touch.
     """
 
     concurrent = False
 
-    def __init__(self, location: Location) -> None:
+    def __init__(self, location: Location, *, read_at_most: int = 0) -> None:
         self.url = location.url
         self.bytes_read = 0
         with storage_errors(location.url, "opening"):
-            self._buffer = pa.memory_map(location.path, "r").read_buffer()
+            self._buffer, self.private = _load(location.path, read_at_most)
 
     @property
     def mapped(self) -> pa.Buffer:
@@ -116,6 +122,45 @@ class MappedSource:
     def read_prefix(self, length: int) -> pa.Buffer:
         """The first ``length`` bytes of the map (all of it when the file is shorter)."""
         return self._buffer.slice(0, min(length, self._buffer.size))
+
+
+def _load(path: str, read_at_most: int) -> tuple[pa.Buffer, bool]:
+    """A local file's bytes: read whole (a private copy, True) or memory-mapped (False).
+
+    ``mmap`` directly rather than ``pyarrow.memory_map``, which costs several times more per
+    open; the buffer keeps the map alive, and the map is released with the last slice of it.
+    """
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+    try:
+        info = os.fstat(fd)
+        if stat.S_ISDIR(info.st_mode):
+            raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), path)
+        if not stat.S_ISREG(info.st_mode):
+            # A device or a pipe: Arrow's own map says what it makes of it.
+            return pa.memory_map(path, "r").read_buffer(), False
+        size = info.st_size
+        if size <= read_at_most or size == 0:
+            return pa.py_buffer(_read_whole(fd, size)), True
+        return pa.py_buffer(mmap.mmap(fd, size, access=mmap.ACCESS_READ)), False
+    finally:
+        os.close(fd)
+
+
+def _read_whole(fd: int, size: int) -> bytes:
+    """The first ``size`` bytes of a file just opened (as a map of that size would hold).
+
+    One call for a regular file; a shorter answer means the file shrank meanwhile: what is
+    there is returned, and the checks of its contents say what is wrong with it.
+    """
+    data = os.read(fd, size)
+    if len(data) == size or not data:
+        return data
+    parts = [data]
+    got = len(data)
+    while got < size and (more := os.read(fd, size - got)):
+        parts.append(more)
+        got += len(more)
+    return b"".join(parts)
 
 
 class RemoteSource:
@@ -304,10 +349,15 @@ def _transient(error: BaseException) -> bool:
     return classify_error(error) == "transient"
 
 
-def open_source(location: Location, size: int | None = None) -> ByteSource:
-    """A memory map for local files, ranged requests for everything else."""
+def open_source(
+    location: Location, size: int | None = None, *, read_at_most: int = 0
+) -> ByteSource:
+    """A memory map for local files, ranged requests for everything else.
+
+    A local file of at most ``read_at_most`` bytes is read whole instead of mapped.
+    """
     if location.is_local:
-        return MappedSource(location)
+        return MappedSource(location, read_at_most=read_at_most)
     return RemoteSource(location, size)
 
 

@@ -109,6 +109,11 @@ def resolve(
         path = os.fspath(path)
     if not isinstance(path, str) or not path:
         raise InvalidOptionError(f"expected a path or URL string, found {path!r}")
+    if not storage_options and ":" not in path:
+        # A plain local path (no protocol, no chain, no options) means what fsspec would make
+        # of it, without the cost of its URL parsing and file-system lookup.
+        fs_path = os.path.abspath(LocalFileSystem._strip_protocol(path))
+        return Location(_local_fs(), fs_path, fs_path)
     try:
         fs, fs_path = fsspec.core.url_to_fs(path, **(storage_options or {}))
     except ImportError as exc:  # fsspec knows the protocol; its package is not installed
@@ -128,6 +133,17 @@ def resolve(
     else:
         url = path
     return Location(fs, fs_path, url)
+
+
+_LOCAL_FS: LocalFileSystem | None = None
+
+
+def _local_fs() -> LocalFileSystem:
+    """The local file system (fsspec's own instance: the one ``url_to_fs`` returns)."""
+    global _LOCAL_FS
+    if _LOCAL_FS is None:
+        _LOCAL_FS = LocalFileSystem()
+    return _LOCAL_FS
 
 
 #: How a storage error is handled: ``"missing"`` and ``"denied"`` are raised at once as what

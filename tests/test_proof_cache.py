@@ -84,3 +84,86 @@ def test_a_replaced_data_file_is_checked_again(pair: Path, tmp_path: Path) -> No
     shutil.copyfile(other, pair)
     with pytest.raises(ash.CorruptFileError):
         ash.open_file(pair).read(0)
+
+
+def _edit_in_place(path: Path, at: int, data: bytes) -> None:
+    with open(path, "r+b") as f:
+        f.seek(at)
+        f.write(data)
+
+
+def test_a_data_file_whose_footer_changed_in_place_is_checked_again(pair: Path) -> None:
+    good = ash.open_file(pair)
+    good.read(0)
+    good.close()
+    # The footer's copy of the file id (the schema message at the start holds another), one
+    # hex digit changed: same length, same head, another footer.
+    data = pair.read_bytes()
+    file_id = good.header.file_id.hex().encode()
+    at = data.rindex(file_id)
+    assert at > len(data) // 2
+    digit = b"0" if data[at : at + 1] != b"0" else b"1"
+    _edit_in_place(pair, at, digit)
+    with pytest.raises(ash.CorruptFileError) as info:
+        ash.open_file(pair).read(0)
+    assert info.value.rule == "V14"
+
+
+def test_a_data_file_whose_head_changed_in_place_is_checked_again(pair: Path) -> None:
+    ash.open_file(pair).read(0)
+    _edit_in_place(pair, 0, b"ARROW2")  # not an Arrow IPC file any more
+    with pytest.raises(ash.CorruptFileError) as info:
+        ash.open_file(pair).read(0)
+    assert info.value.rule == "V13"
+
+
+def test_an_index_edited_in_place_after_a_good_open_is_refused(pair: Path) -> None:
+    # As the hostile edit above, but the file is changed in place (same inode, same size)
+    # while an opened reader still holds its bytes.
+    good = ash.open_file(pair)
+    for s in range(N):
+        good.read(s)
+    index_path = Path(f"{pair}.idx")
+    index = decode_index(index_path.read_bytes())
+    entries = index.entries.copy()
+    entries[[0, 1], 0] = entries[[1, 0], 0]
+    edited = reencode(index, entries=entries)
+    assert len(edited) == index_path.stat().st_size
+    _edit_in_place(index_path, 0, edited)
+    assert good.read(1).num_rows == 100  # the open reader keeps the bytes it proved
+    with pytest.raises(ash.CorruptFileError) as info:
+        ash.open_file(pair).read(0)
+    assert info.value.rule == "V9"
+
+
+def test_a_repeated_read_reuses_its_fetch_blocks_across_opens(
+    pair: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from arrowshuffle.readers.file_reader import ShuffleFile
+    from arrowshuffle.readers.scheduler import ReadOptions
+
+    first = ash.open_file(pair)
+    expected = first.read(1)
+    merged = first.blocks(1)
+    apart = first.blocks(1, options=ReadOptions(max_gap=0))
+    two_regions = first.blocks(1, regions=range(2))
+    # The chunks of one subpartition lie in every region, with other chunks between them.
+    assert len(merged) == 1 and len(apart) == 4
+    assert {c.region for b in two_regions for c in b.ranges} == {0, 1}
+
+    def unplanned(*args: object, **kwargs: object) -> object:
+        raise AssertionError("planned again")
+
+    monkeypatch.setattr(ShuffleFile, "chunk_ranges", unplanned)
+    again = ash.open_file(pair)
+    assert again.blocks(1) == merged
+    assert again.blocks(range(1, 2), options=ReadOptions(max_gap=0)) == apart
+    assert again.blocks(1, regions=range(2)) == two_regions
+    assert again.read(1).equals(expected)
+    monkeypatch.undo()
+    # Selections never read before are planned (and checked) as usual.
+    with pytest.raises(ash.InvalidOptionError):
+        again.read(True)
+    with pytest.raises(ash.InvalidOptionError):
+        again.read(N)
+    assert again.read([1]).equals(expected)

@@ -1,0 +1,112 @@
+"""Local paths and local byte sources: the short ways must mean what fsspec's long way means.
+
+A plain local path is resolved without fsspec's URL parsing, a small local file is read whole
+instead of mapped, and a larger one is mapped with ``mmap``: each must give the same location
+and the same bytes as before, and the same errors.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import fsspec
+import numpy as np
+import pytest
+
+from arrowshuffle.format.errors import MissingObjectError, ShuffleIOError
+from arrowshuffle.readers.source import MappedSource, open_source
+from arrowshuffle.readers.storage import resolve
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        "data.arrow",
+        "./data.arrow",
+        "sub/../data.arrow",
+        "sub/",
+        ".",
+        "~/data.arrow",
+        "/abs/./path//data.arrow",
+        "/",
+    ],
+)
+def test_a_plain_local_path_resolves_as_fsspec_resolves_it(
+    path: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    fs, fs_path = fsspec.core.url_to_fs(path)
+    expected = os.path.abspath(fs_path)
+    location = resolve(path)
+    assert location.fs is fs
+    assert location.is_local
+    assert (location.path, location.url) == (expected, expected)
+    assert resolve(Path(path)) == location
+
+
+@pytest.mark.parametrize("prefix", ["file://", "local://", "file:"])
+def test_a_local_url_still_goes_through_fsspec(prefix: str, tmp_path: Path) -> None:
+    target = tmp_path / "data.arrow"
+    location = resolve(f"{prefix}{target}")
+    assert location.is_local
+    assert location.path == str(target)
+
+
+def test_storage_options_with_a_local_path_reach_the_file_system(tmp_path: Path) -> None:
+    # fsspec's local file system takes ``auto_mkdir``: the options make another instance.
+    location = resolve(str(tmp_path / "x"), {"auto_mkdir": True})
+    assert location.is_local
+    assert location.fs is not resolve(str(tmp_path / "x")).fs
+
+
+def _file(tmp_path: Path, size: int) -> tuple[Path, bytes]:
+    data = np.random.default_rng(size).integers(0, 256, size, dtype=np.uint8).tobytes()
+    path = tmp_path / f"f{size}"
+    path.write_bytes(data)
+    return path, data
+
+
+@pytest.mark.parametrize("size", [0, 1, 4096, 100_000])
+def test_a_small_file_is_read_whole_and_a_larger_one_mapped(tmp_path: Path, size: int) -> None:
+    path, data = _file(tmp_path, size)
+    location = resolve(str(path))
+    read = open_source(location, read_at_most=4096)
+    assert isinstance(read, MappedSource)
+    assert read.private == (size <= 4096)
+    assert read.size == size
+    assert read.mapped.to_pybytes() == data
+    ranges = [(0, min(size, 3)), (size // 2, size), (size, size)]
+    assert [b.to_pybytes() for b in read.read_ranges(ranges)] == [data[b:e] for b, e in ranges]
+    assert read.read_prefix(10).to_pybytes() == data[:10]
+    with pytest.raises(ShuffleIOError):
+        read.read_ranges([(0, size + 1)])
+
+
+def test_a_read_copy_does_not_change_with_its_file_and_a_map_does(tmp_path: Path) -> None:
+    path, data = _file(tmp_path, 8192)
+    location = resolve(str(path))
+    copy = open_source(location, read_at_most=8192)
+    mapped = open_source(location)
+    assert isinstance(copy, MappedSource) and isinstance(mapped, MappedSource)
+    assert not mapped.private
+    with open(path, "r+b") as f:  # the same file, changed in place
+        f.write(b"\x00" * 16 if data[:16] != b"\x00" * 16 else b"\x01" * 16)
+    assert copy.mapped.to_pybytes() == data
+    assert mapped.mapped.to_pybytes() == path.read_bytes() != data
+
+
+def test_slices_outlive_their_source(tmp_path: Path) -> None:
+    path, data = _file(tmp_path, 100_000)
+    source = open_source(resolve(str(path)))
+    (piece,) = source.read_ranges([(1000, 2000)])
+    del source
+    assert piece.to_pybytes() == data[1000:2000]
+
+
+def test_a_missing_file_and_a_directory_are_storage_errors(tmp_path: Path) -> None:
+    with pytest.raises(MissingObjectError, match="does not exist"):
+        open_source(resolve(str(tmp_path / "missing")))
+    with pytest.raises(ShuffleIOError, match="opening") as info:
+        open_source(resolve(str(tmp_path)))
+    assert not isinstance(info.value, MissingObjectError)
