@@ -3,8 +3,7 @@
 A batch is sorted by subpartition with a counting sort of its ids and a gather of its rows in
 that order. pyarrow's ``take`` spends most of its time on string columns, appending one value
 at a time; these kernels copy each value with a few fixed-size word moves instead, and run
-without the GIL. Values are copied as unsigned integers of their width (bit for bit); a null
-row gets zero bits, and a null string no bytes, as ``take`` gives them.
+without the GIL. A null string gets no bytes, as ``take`` gives it.
 :mod:`~arrowshuffle.format.gather` calls them; without numba (or with ``ARROWSHUFFLE_JIT=0``)
 the writer uses ``take``, which gives the same bytes.
 """
@@ -30,18 +29,14 @@ class GatherKernels(NamedTuple):
     ``counting_sort(ids, counts, order)``: ``counts`` (zeroed, one per subpartition) gets each
     subpartition's rows, ``order`` the rows stably sorted by id.
 
-    ``take_fixed(values, bits, bit_offset, order, out, out_bits, track)`` gathers values and
-    returns the null count; ``bits`` is empty when no row is null, ``out_bits`` is filled only
-    when ``track`` is set (it must be zeroed).
-
     ``take_offsets(offsets, bits, bit_offset, order, starts, out_offsets, out_bits, track)``
     returns ``(bytes, nulls)``: where each gathered value starts, and the offsets and validity
-    of the result. ``take_bytes(data, starts, out_offsets, out)`` then copies the bytes;
+    of the result (``bits`` is empty when no row is null; ``out_bits``, zeroed, is filled only
+    when ``track`` is set). ``take_bytes(data, starts, out_offsets, out)`` then copies the bytes;
     ``out`` has 32 bytes to spare (short values are copied as 32-byte words).
     """
 
     counting_sort: Any
-    take_fixed: Any
     take_offsets: Any
     take_bytes: Any
 
@@ -120,34 +115,6 @@ def _kernels(numba: Any) -> GatherKernels:
         return (bits[i >> 3] >> (i & 7)) & 1 == 1
 
     @jit  # type: ignore[untyped-decorator]
-    def take_fixed(
-        values: Any,
-        bits: Any,
-        bit_offset: Any,
-        order: Any,
-        out: Any,
-        out_bits: Any,
-        track: Any,
-    ) -> Any:
-        nulls = 0
-        if len(bits) == 0:
-            for i in range(len(order)):
-                out[i] = values[order[i]]
-            if track:
-                for i in range(len(order)):
-                    set_bit(out_bits, i)
-            return nulls
-        for i in range(len(order)):
-            j = np.int64(order[i])
-            if is_set(bits, bit_offset + j):
-                out[i] = values[j]
-                set_bit(out_bits, i)
-            else:
-                out[i] = 0
-                nulls += 1
-        return nulls
-
-    @jit  # type: ignore[untyped-decorator]
     def take_offsets(
         offsets: Any,
         bits: Any,
@@ -192,4 +159,4 @@ def _kernels(numba: Any) -> GatherKernels:
                 for t in range(n):
                     out[d + t] = data[s + t]
 
-    return GatherKernels(counting_sort, take_fixed, take_offsets, take_bytes)
+    return GatherKernels(counting_sort, take_offsets, take_bytes)

@@ -1,13 +1,13 @@
-"""Sort a batch's rows with the compiled kernels: the bytes of ``pyarrow.compute.take``, faster.
+"""Sort string columns with the compiled kernels: the bytes of ``pyarrow.compute.take``, faster.
 
 The writer sorts every buffered batch by subpartition on arrival (a counting sort of its
-ids, then a gather of its rows in that order). For the types the kernels cover
-(:func:`gatherable`: fixed-width numbers and times, strings and binaries of either offset
-width, with validity bitmaps and non-zero array offsets), :func:`take_columns` gathers a
-column into buffers from pyarrow's memory pool, and the result equals ``take`` byte for byte:
-the same values and offsets, a null row with zero bits (no bytes for a string), and no
-validity bitmap when no row is null. Other columns go through ``take``
-(:func:`~arrowshuffle.format.arrow_types.take_batch` for the types it lacks).
+ids, then a gather of its rows in that order). ``take`` appends string values one at a time
+and costs several times more on a string column than on a number column. For strings and
+binaries of either offset width, with validity bitmaps and non-zero array offsets,
+:func:`take_array` gathers the offsets first and then copies each value with a few 32-byte
+word moves, into buffers from pyarrow's memory pool; the result equals ``take`` byte for byte
+(the same offsets and bytes, no bytes for a null row, no validity bitmap when no row is null).
+Other columns go through ``take`` itself (:func:`take_columns`).
 """
 
 from __future__ import annotations
@@ -22,25 +22,10 @@ import pyarrow.types as pat
 from arrowshuffle.format._gather_jit import GatherKernels
 from arrowshuffle.format.arrow_types import gather, takes
 
-__all__ = ["counting_sort", "gatherable", "is_string_like", "take_array", "take_columns"]
+__all__ = ["counting_sort", "is_string_like", "take_array", "take_columns"]
 
-#: Unsigned integers of each fixed width: values are copied as bits.
-_UINT = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}
 #: Spare bytes after gathered string data: short values are copied as 32-byte words.
 _WORD = 32
-
-
-def _fixed_width(t: pa.DataType) -> bool:
-    if not (
-        pat.is_integer(t)
-        or pat.is_floating(t)
-        or pat.is_date(t)
-        or pat.is_time(t)
-        or pat.is_timestamp(t)
-        or pat.is_duration(t)
-    ):
-        return False
-    return t.bit_width in (8, 16, 32, 64)
 
 
 def _large(t: pa.DataType) -> bool:
@@ -50,15 +35,6 @@ def _large(t: pa.DataType) -> bool:
 def is_string_like(t: pa.DataType) -> bool:
     """True for string, binary and their large variants."""
     return bool(pat.is_string(t) or pat.is_binary(t)) or _large(t)
-
-
-def gatherable(t: pa.DataType) -> bool:
-    """True for the types the kernels gather: fixed-width numbers and times, strings, binaries.
-
-    Booleans, decimals, views, dictionaries, nested, run-end encoded, extension and union types
-    are not.
-    """
-    return _fixed_width(t) or is_string_like(t)
 
 
 def counting_sort(
@@ -85,7 +61,7 @@ def _view(buffer: pa.Buffer | None, dtype: Any, start: int, count: int) -> np.nd
 
 
 def take_array(arr: pa.Array, order: np.ndarray, kernels: GatherKernels) -> pa.Array:
-    """Rows ``order`` of ``arr`` (a :func:`gatherable` type): what ``take`` gives, byte for byte.
+    """Rows ``order`` of string-like ``arr``: what ``take`` gives, byte for byte.
 
     ``order`` holds int32 or int64 positions in ``[0, len(arr))``; they are not checked.
     """
@@ -95,26 +71,19 @@ def take_array(arr: pa.Array, order: np.ndarray, kernels: GatherKernels) -> pa.A
     nullable = arr.null_count > 0
     bits = np.frombuffer(buffers[0], dtype=np.uint8) if nullable else np.zeros(0, np.uint8)
     validity, out_bits = _allocate((rows + 7) // 8 if nullable else 0, np.uint8)
-    out_bits[:] = 0
-    if _fixed_width(t):
-        dtype = _UINT[t.bit_width // 8]
-        values, out = _allocate(rows * np.dtype(dtype).itemsize, dtype)
-        source = _view(buffers[1], dtype, arr.offset, len(arr))
-        nulls = kernels.take_fixed(source, bits, arr.offset, order, out, out_bits, nullable)
-        body = [values]
-    else:
-        dtype = np.int64 if _large(t) else np.int32
-        offsets_buffer, offsets = _allocate((rows + 1) * np.dtype(dtype).itemsize, dtype)
-        starts = np.empty(rows, dtype=np.int64)
-        source = _view(buffers[1], dtype, arr.offset, len(arr) + 1)
-        size, nulls = kernels.take_offsets(
-            source, bits, arr.offset, order, starts, offsets, out_bits, nullable
-        )
-        data, out = _allocate(int(size) + _WORD, np.uint8)
-        whole = np.zeros(0, np.uint8) if buffers[2] is None else np.frombuffer(buffers[2], np.uint8)
-        kernels.take_bytes(whole, starts, offsets, out)
-        body = [offsets_buffer, data.slice(0, int(size))]
+    out_bits[:] = 0  # bits past the last row are zero, as take leaves them
+    dtype = np.int64 if _large(t) else np.int32
+    offsets_buffer, offsets = _allocate((rows + 1) * np.dtype(dtype).itemsize, dtype)
+    starts = np.empty(rows, dtype=np.int64)
+    source = _view(buffers[1], dtype, arr.offset, len(arr) + 1)
+    size, nulls = kernels.take_offsets(
+        source, bits, arr.offset, order, starts, offsets, out_bits, nullable
+    )
+    data, out = _allocate(int(size) + _WORD, np.uint8)
+    whole = np.zeros(0, np.uint8) if buffers[2] is None else np.frombuffer(buffers[2], np.uint8)
+    kernels.take_bytes(whole, starts, offsets, out)
     mask = validity if nulls else None
+    body = [offsets_buffer, data.slice(0, int(size))]
     return pa.Array.from_buffers(t, rows, [mask, *body], null_count=int(nulls))
 
 
