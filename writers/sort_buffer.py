@@ -31,6 +31,9 @@ from arrowshuffle.format.parallel import background_threads, submit
 
 #: The fewest rows handed to another thread: below that the hand-off costs more than it saves.
 MIN_ROWS_PER_THREAD = 8 * 1024
+#: Sorts waiting or running on the pool, per pool thread: more than one, so that a pool thread
+#: that finishes while the caller sorts a batch itself has the next one at hand.
+SORTS_PER_THREAD = 2
 
 #: A buffered batch: sorted, with its row count per subpartition, or being sorted.
 _Sorted = tuple[pa.RecordBatch, np.ndarray]
@@ -63,7 +66,10 @@ class SortBuffer:
         while self._running and self._running[0].done():
             self._running.popleft()
         future = None
-        if rows >= MIN_ROWS_PER_THREAD and len(self._running) < background_threads():
+        if (
+            rows >= MIN_ROWS_PER_THREAD
+            and len(self._running) < SORTS_PER_THREAD * background_threads()
+        ):
             n = self.num_subpartitions
             future = submit(lambda: _sort(batch, ids, n))
         if future is None:
