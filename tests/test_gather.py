@@ -25,7 +25,9 @@ from arrowshuffle.format.gather import counting_sort, take_array, take_columns
 from arrowshuffle.writers import sort_buffer
 
 kernels = _gather_jit.kernels()
-pytestmark = pytest.mark.skipif(kernels is None, reason="numba is not installed")
+pytestmark = pytest.mark.skipif(
+    kernels is None, reason="the compiled kernels are off (no numba, or ARROWSHUFFLE_JIT=0)"
+)
 
 STRING_TYPES = [pa.string(), pa.binary(), pa.large_string(), pa.large_binary()]
 
