@@ -16,9 +16,10 @@ or the usable CPUs).
 Part 2, writer. ``--writer-rows`` rows (int64, float64, a string of 16 bytes on average) in
 batches of 65536 with random subpartition ids are written with
 ``ShuffleFileWriter.write(batch, subpartitions=ids)``, and the same batches with a plain
-``pyarrow.ipc.new_file`` writer, alternating, into a temporary directory. Both sides use the
-same body compression: once uncompressed and once with the writer's default codec
-(``--codecs``).
+``pyarrow.ipc.new_file`` writer, in a rotating order, into a temporary directory. Both sides
+use the same body compression: once uncompressed and once with the writer's default codec
+(``--codecs``). With numba installed, the writer also runs with its compiled sort kernels off
+(``ARROWSHUFFLE_JIT=0``: pyarrow's ``take`` sorts), in the same rotation.
 
 Times are medians over ``--repeats`` with min and max; ratios are of medians taken in the same
 run. The load average before and after is recorded: other work on the machine slows both sides.
@@ -39,6 +40,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from arrowshuffle.format._gather_jit import JIT_ENV, kernels
 from arrowshuffle.writers.file_writer import DEFAULT_COMPRESSION
 from benchmarks.output import write_results
 from benchmarks.timing import spread
@@ -105,16 +107,29 @@ def interleaved(
 
     ``before`` runs, untimed, before every run.
     """
-    times: dict[str, list[float]] = {"ours": [], "peer": []}
+    times = interleaved_runs({"ours": ours, "peer": peer}, repeats, before)
+    return times["ours"], times["peer"]
+
+
+def interleaved_runs(
+    runs: dict[str, Callable[[], object]],
+    repeats: int,
+    before: Callable[[], object] = lambda: None,
+) -> dict[str, dict[str, float]]:
+    """Time every run ``repeats`` times, in an order that rotates, after one warm-up round.
+
+    ``before`` runs, untimed, before every run.
+    """
+    times: dict[str, list[float]] = {name: [] for name in runs}
+    order = list(runs.items())
     for i in range(repeats + 1):
-        pair = [("ours", ours), ("peer", peer)]
-        for name, run in pair if i % 2 == 0 else pair[::-1]:
+        for name, run in order[i % len(order) :] + order[: i % len(order)]:
             before()
             start = time.perf_counter()
             run()
             if i:  # the first round warms up
                 times[name].append(time.perf_counter() - start)
-    return summary(times["ours"]), summary(times["peer"])
+    return {name: summary(seconds) for name, seconds in times.items()}
 
 
 def bench_hash(rows: int, repeats: int) -> list[dict[str, Any]]:
@@ -183,6 +198,18 @@ def bench_writer(
                 for batch, batch_ids in zip(batches, ids, strict=True):
                     writer.write(batch, subpartitions=batch_ids)
 
+        def ours_with_take() -> None:
+            # The same writer with its compiled sort kernels off: pyarrow's take sorts.
+            previous = os.environ.get(JIT_ENV)
+            os.environ[JIT_ENV] = "0"
+            try:
+                ours()
+            finally:
+                if previous is None:
+                    del os.environ[JIT_ENV]
+                else:
+                    os.environ[JIT_ENV] = previous
+
         options = pa.ipc.IpcWriteOptions(compression=None if compression == "none" else compression)
 
         def peer() -> None:
@@ -193,7 +220,11 @@ def bench_writer(
                 for batch in batches:
                     writer.write_batch(batch)
 
-        mine, theirs = interleaved(ours, peer, repeats, before=remove_files)
+        runs = {"ours": ours, "peer": peer}
+        if kernels() is not None:
+            runs["take"] = ours_with_take
+        times = interleaved_runs(runs, repeats, before=remove_files)
+        mine, theirs = times["ours"], times["peer"]
         remove_files()  # the writer refuses to replace a pair it wrote in the last repeat
         ours()
         with ash.open_file(shuffle_path) as written:
@@ -210,6 +241,11 @@ def bench_writer(
         },
         "peer": {"name": f"pyarrow.ipc write (same batches), {compression}", **theirs},
         "x_plain": theirs["median_s"] / mine["median_s"],
+        # The writer sorting with pyarrow's take (ARROWSHUFFLE_JIT=0), when numba is here.
+        "take": {"name": f"the same writer, ARROWSHUFFLE_JIT=0, {compression}", **times["take"]}
+        if "take" in times
+        else None,
+        "x_take": times["take"]["median_s"] / mine["median_s"] if "take" in times else None,
     }
 
 
@@ -258,6 +294,12 @@ def main(argv: list[str] | None = None) -> int:
             f"{writer['compression']}: {ours_s:.3f} s vs plain pyarrow.ipc {plain_s:.3f} s = "
             f"{writer['x_plain']:.2f}x its throughput"
         )
+        if writer["take"] is not None:
+            take_s = writer["take"]["median_s"]
+            print(
+                f"  with ARROWSHUFFLE_JIT=0 (take sorts): {take_s:.3f} s = "
+                f"{plain_s / take_s:.2f}x plain; the kernels are {writer['x_take']:.2f}x as fast"
+            )
     report = {
         "benchmark": "kernels",
         "settings": {

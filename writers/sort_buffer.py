@@ -2,12 +2,14 @@
 
 Each incoming batch is stably sorted by subpartition once, on arrival, and its
 per-subpartition row counts are kept: one counting sort of its ids and one ``take`` of its
-rows. Sorting runs on the kernel thread pool while the caller goes on (with the next batch,
-or its own work such as assigning subpartitions), so that on several cores the writer sorts
-several batches at once; each batch stays whole. Emitting a region then walks subpartitions
-in order and gathers zero-copy slices of the buffered batches; :func:`combine_ahead` copies
-them into output batches, the next one on the pool while the writer writes the current one.
-No second copy of the buffer is ever made: peak memory is the buffer plus two output batches.
+rows (with ``arrowshuffle[fast]``, compiled kernels that give the same bytes faster:
+:mod:`~arrowshuffle.format.gather`). Sorting runs on the kernel thread pool while the caller
+goes on (with the next batch, or its own work such as assigning subpartitions), so that on
+several cores the writer sorts several batches at once; each batch stays whole. Emitting a
+region then walks subpartitions in order and gathers zero-copy slices of the buffered
+batches; :func:`combine_ahead` copies them into output batches, the next one on the pool
+while the writer writes the current one. No second copy of the buffer is ever made: peak
+memory is the buffer plus two output batches.
 """
 
 from __future__ import annotations
@@ -22,11 +24,16 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from arrowshuffle.format import _gather_jit
 from arrowshuffle.format.arrow_types import take_batch, takes
+from arrowshuffle.format.gather import counting_sort, is_string_like, take_columns
 from arrowshuffle.format.parallel import background_threads, submit
 
 #: The fewest rows handed to another thread: below that the hand-off costs more than it saves.
 MIN_ROWS_PER_THREAD = 8 * 1024
+#: Sorts waiting or running on the pool, per pool thread: more than one, so that a pool thread
+#: that finishes while the caller sorts a batch itself has the next one at hand.
+SORTS_PER_THREAD = 2
 
 #: A buffered batch: sorted, with its row count per subpartition, or being sorted.
 _Sorted = tuple[pa.RecordBatch, np.ndarray]
@@ -59,7 +66,10 @@ class SortBuffer:
         while self._running and self._running[0].done():
             self._running.popleft()
         future = None
-        if rows >= MIN_ROWS_PER_THREAD and len(self._running) < background_threads():
+        if (
+            rows >= MIN_ROWS_PER_THREAD
+            and len(self._running) < SORTS_PER_THREAD * background_threads()
+        ):
             n = self.num_subpartitions
             future = submit(lambda: _sort(batch, ids, n))
         if future is None:
@@ -106,6 +116,13 @@ class SortBuffer:
 
 def _sort(batch: pa.RecordBatch, ids: np.ndarray, num_subpartitions: int) -> _Sorted:
     """``batch`` stably sorted by ``ids``, and its row count per subpartition."""
+    kernels = _gather_jit.kernels()
+    if kernels is not None and any(is_string_like(t) for t in batch.schema.types):
+        # The compiled counting sort and gather: the bytes of the take below, faster.
+        order, counts = counting_sort(ids, num_subpartitions, kernels)
+        if np.all(ids[1:] >= ids[:-1]):
+            return batch, counts
+        return take_columns(batch, order, kernels), counts
     counts = np.bincount(ids, minlength=num_subpartitions)
     if not np.all(ids[1:] >= ids[:-1]):
         # Arrow's stable sort of a narrow integer range is a counting sort.
