@@ -10,17 +10,13 @@ the writer uses ``take``, which gives the same bytes.
 
 from __future__ import annotations
 
-import importlib.util
-import os
-import threading
 from typing import Any, NamedTuple
 
 import numpy as np
 
-__all__ = ["JIT_ENV", "GatherKernels", "available", "kernels"]
+from arrowshuffle.format.jit import JIT_ENV, CompiledOnce, available
 
-#: The switch of every compiled kernel: ``ARROWSHUFFLE_JIT=0`` turns them off.
-JIT_ENV = "ARROWSHUFFLE_JIT"
+__all__ = ["JIT_ENV", "GatherKernels", "available", "kernels"]
 
 
 class GatherKernels(NamedTuple):
@@ -39,35 +35,6 @@ class GatherKernels(NamedTuple):
     counting_sort: Any
     take_offsets: Any
     take_bytes: Any
-
-
-_lock = threading.Lock()
-_compiled: list[GatherKernels | None] = []
-
-
-def available() -> bool:
-    """True when numba is installed."""
-    return importlib.util.find_spec("numba") is not None
-
-
-def kernels() -> GatherKernels | None:
-    """The compiled kernels, or None when numba is missing or ``ARROWSHUFFLE_JIT=0``.
-
-    numba is imported on first use, not with the package; each kernel is compiled on its first
-    call for each dtype, or loaded from numba's cache.
-    """
-    if os.environ.get(JIT_ENV, "1").strip() == "0":
-        return None
-    if not _compiled:
-        with _lock:
-            if not _compiled:
-                try:
-                    import numba
-                except ImportError:
-                    _compiled.append(None)
-                else:
-                    _compiled.append(_kernels(numba))
-    return _compiled[0]
 
 
 def _kernels(numba: Any) -> GatherKernels:
@@ -160,3 +127,8 @@ def _kernels(numba: Any) -> GatherKernels:
                     out[d + t] = data[s + t]
 
     return GatherKernels(counting_sort, take_offsets, take_bytes)
+
+
+#: The compiled kernels, or None when numba is missing or ``ARROWSHUFFLE_JIT=0``
+#: (see :mod:`~arrowshuffle.format.jit`).
+kernels: CompiledOnce[GatherKernels] = CompiledOnce(_kernels)

@@ -11,16 +11,13 @@ once. Results are the same bit for bit as the numpy kernels of
 
 from __future__ import annotations
 
-import importlib.util
-import os
-import threading
 from typing import Any, NamedTuple
 
 import numpy as np
 
-__all__ = ["JIT_ENV", "Kernels", "available", "kernels"]
+from arrowshuffle.format.jit import JIT_ENV, CompiledOnce, available
 
-JIT_ENV = "ARROWSHUFFLE_JIT"
+__all__ = ["JIT_ENV", "Kernels", "available", "kernels"]
 
 
 class Kernels(NamedTuple):
@@ -33,35 +30,6 @@ class Kernels(NamedTuple):
     hash_int: Any
     hash_long: Any
     hash_bytes: Any
-
-
-_lock = threading.Lock()
-_compiled: list[Kernels | None] = []
-
-
-def available() -> bool:
-    """True when numba is installed."""
-    return importlib.util.find_spec("numba") is not None
-
-
-def kernels() -> Kernels | None:
-    """The compiled kernels, or None when numba is missing or ``ARROWSHUFFLE_JIT=0``.
-
-    numba is imported on first use, not with the package; each kernel is compiled on its first
-    call for each dtype, or loaded from numba's cache.
-    """
-    if os.environ.get(JIT_ENV, "1").strip() == "0":
-        return None
-    if not _compiled:
-        with _lock:
-            if not _compiled:
-                try:
-                    import numba
-                except ImportError:
-                    _compiled.append(None)
-                else:
-                    _compiled.append(_kernels(numba))
-    return _compiled[0]
 
 
 def _kernels(numba: Any) -> Kernels:
@@ -132,3 +100,8 @@ def _kernels(numba: Any) -> Kernels:
             out[i] = fmix(h, u32(length))
 
     return Kernels(hash_int, hash_long, hash_bytes)
+
+
+#: The compiled kernels, or None when numba is missing or ``ARROWSHUFFLE_JIT=0``
+#: (see :mod:`~arrowshuffle.format.jit`).
+kernels: CompiledOnce[Kernels] = CompiledOnce(_kernels)

@@ -1,0 +1,51 @@
+"""The one switch and loader of the compiled kernels (numba, the ``arrowshuffle[fast]`` extra).
+
+numba is imported on first use, not with the package. Each kernel set is built once per
+process, and each kernel is compiled on its first call for each dtype or loaded from numba's
+cache. Without numba, or with ``ARROWSHUFFLE_JIT=0``, callers use their numpy or pyarrow
+kernels, which give the same results.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import threading
+from collections.abc import Callable
+from typing import Any, Generic, TypeVar
+
+__all__ = ["JIT_ENV", "CompiledOnce", "available"]
+
+#: The switch of every compiled kernel: ``ARROWSHUFFLE_JIT=0`` turns them off.
+JIT_ENV = "ARROWSHUFFLE_JIT"
+
+K = TypeVar("K")
+
+
+def available() -> bool:
+    """True when numba is installed."""
+    return importlib.util.find_spec("numba") is not None
+
+
+class CompiledOnce(Generic[K]):
+    """A kernel set built by ``build(numba)`` on first use; None without numba or when off."""
+
+    def __init__(self, build: Callable[[Any], K]) -> None:
+        self._build = build
+        self._lock = threading.Lock()
+        self._built: list[K | None] = []
+
+    def __call__(self) -> K | None:
+        """The kernels, or None when numba is missing or ``ARROWSHUFFLE_JIT=0``."""
+        if os.environ.get(JIT_ENV, "1").strip() == "0":
+            return None
+        if not self._built:
+            with self._lock:
+                if not self._built:
+                    try:
+                        import numba
+                    except ImportError:
+                        self._built.append(None)
+                    else:
+                        self._built.append(self._build(numba))
+        return self._built[0]
