@@ -61,16 +61,25 @@ def test_a_changed_index_is_proven_again(pair: Path, tmp_path: Path) -> None:
     assert reopened.proofs == 1
 
 
-def test_a_hostile_edit_after_a_good_open_is_still_refused(pair: Path) -> None:
+def _read_all(pair: Path) -> ash.ShuffleFile:
+    """A file opened and read whole: its index is proven and its proof cached."""
     good = ash.open_file(pair)
     for s in range(N):
         good.read(s)
-    # Swap two entries of region 0 and recompute every checksum: a valid-looking index.
-    index_path = Path(f"{pair}.idx")
-    index = decode_index(index_path.read_bytes())
+    return good
+
+
+def _swapped_index(pair: Path) -> bytes:
+    """The pair's index with two entries of region 0 swapped and every checksum recomputed."""
+    index = decode_index(Path(f"{pair}.idx").read_bytes())
     entries = index.entries.copy()
     entries[[0, 1], 0] = entries[[1, 0], 0]
-    index_path.write_bytes(reencode(index, entries=entries))
+    return reencode(index, entries=entries)
+
+
+def test_a_hostile_edit_after_a_good_open_is_still_refused(pair: Path) -> None:
+    _read_all(pair)
+    Path(f"{pair}.idx").write_bytes(_swapped_index(pair))
     with pytest.raises(ash.CorruptFileError) as info:
         ash.open_file(pair).read(0)
     assert info.value.rule == "V9"
@@ -120,14 +129,9 @@ def test_a_data_file_whose_head_changed_in_place_is_checked_again(pair: Path) ->
 def test_an_index_edited_in_place_after_a_good_open_is_refused(pair: Path) -> None:
     # As the hostile edit above, but the file is changed in place (same inode, same size)
     # while an opened reader still holds its bytes.
-    good = ash.open_file(pair)
-    for s in range(N):
-        good.read(s)
+    good = _read_all(pair)
     index_path = Path(f"{pair}.idx")
-    index = decode_index(index_path.read_bytes())
-    entries = index.entries.copy()
-    entries[[0, 1], 0] = entries[[1, 0], 0]
-    edited = reencode(index, entries=entries)
+    edited = _swapped_index(pair)
     assert len(edited) == index_path.stat().st_size
     _edit_in_place(index_path, 0, edited)
     assert good.read(1).num_rows == 100  # the open reader keeps the bytes it proved
