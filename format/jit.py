@@ -34,6 +34,8 @@ class CompiledOnce(Generic[K]):
         self._build = build
         self._lock = threading.Lock()
         self._built: list[K | None] = []
+        self._loading = False
+        self._starting = threading.Lock()
 
     def __call__(self) -> K | None:
         """The kernels, or None when numba is missing or ``ARROWSHUFFLE_JIT=0``."""
@@ -42,10 +44,30 @@ class CompiledOnce(Generic[K]):
         if not self._built:
             with self._lock:
                 if not self._built:
-                    try:
-                        import numba
-                    except ImportError:
-                        self._built.append(None)
-                    else:
-                        self._built.append(self._build(numba))
+                    self._built.append(self._load())
         return self._built[0]
+
+    def ready(self) -> K | None:
+        """The kernels if they are built already; else None, and they are built on a thread.
+
+        For kernels that only save time: importing numba and loading the kernels costs about
+        half a second, more than they save on a small job, so the caller goes on with its
+        other kernels until these are ready.
+        """
+        if os.environ.get(JIT_ENV, "1").strip() == "0":
+            return None
+        if self._built:
+            return self._built[0]
+        if not self._loading:  # never waits for the lock a load holds
+            with self._starting:
+                if not self._loading:
+                    self._loading = True
+                    threading.Thread(target=self, name="arrowshuffle-jit", daemon=True).start()
+        return None
+
+    def _load(self) -> K | None:
+        try:
+            import numba
+        except ImportError:
+            return None
+        return self._build(numba)

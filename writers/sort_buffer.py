@@ -116,7 +116,9 @@ class SortBuffer:
 
 def _sort(batch: pa.RecordBatch, ids: np.ndarray, num_subpartitions: int) -> _Sorted:
     """``batch`` stably sorted by ``ids``, and its row count per subpartition."""
-    kernels = _gather_jit.kernels()
+    # The compiled kernels once they are loaded (on a thread, started by the first large batch):
+    # loading them costs more than they save on a small write.
+    kernels = _gather_jit.kernels.ready() if len(ids) >= MIN_ROWS_PER_THREAD else None
     if kernels is not None and any(is_string_like(t) for t in batch.schema.types):
         # The compiled counting sort and gather: the bytes of the take below, faster.
         order, counts = counting_sort(ids, num_subpartitions, kernels)
