@@ -130,13 +130,20 @@ def _load(path: str, read_at_most: int) -> tuple[pa.Buffer, bool]:
     ``mmap`` directly rather than ``pyarrow.memory_map``, which costs several times more per
     open; the buffer keeps the map alive, and the map is released with the last slice of it.
     """
-    fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+    # O_NONBLOCK: opening a named pipe must not wait for a writer (it is refused below);
+    # reads of a regular file ignore it.
+    flags = os.O_RDONLY | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NONBLOCK", 0)
+    fd = os.open(path, flags)
     try:
         info = os.fstat(fd)
         if stat.S_ISDIR(info.st_mode):
             raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), path)
+        if stat.S_ISFIFO(info.st_mode) or stat.S_ISSOCK(info.st_mode):
+            # Neither can be mapped, and reopening one by name would wait for a writer.
+            kind = "named pipe" if stat.S_ISFIFO(info.st_mode) else "socket"
+            raise OSError(errno.ENODEV, f"expected a regular file, found a {kind}", path)
         if not stat.S_ISREG(info.st_mode):
-            # A device or a pipe: Arrow's own map says what it makes of it.
+            # A device: Arrow's own map says what it makes of it.
             return pa.memory_map(path, "r").read_buffer(), False
         size = info.st_size
         if size <= read_at_most or size == 0:

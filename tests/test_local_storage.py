@@ -8,6 +8,7 @@ and the same bytes as before, and the same errors.
 from __future__ import annotations
 
 import os
+import threading
 from pathlib import Path
 
 import fsspec
@@ -110,3 +111,31 @@ def test_a_missing_file_and_a_directory_are_storage_errors(tmp_path: Path) -> No
     with pytest.raises(ShuffleIOError, match="opening") as info:
         open_source(resolve(str(tmp_path)))
     assert not isinstance(info.value, MissingObjectError)
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="needs named pipes")
+def test_a_named_pipe_is_refused_without_waiting_for_a_writer(tmp_path: Path) -> None:
+    fifo = tmp_path / "pipe.arrow"
+    os.mkfifo(fifo)
+    outcome: list[BaseException | None] = []
+
+    def open_it() -> None:
+        try:
+            open_source(resolve(str(fifo)))
+        except BaseException as exc:  # what the test checks below
+            outcome.append(exc)
+        else:
+            outcome.append(None)
+
+    thread = threading.Thread(target=open_it, daemon=True)
+    thread.start()
+    thread.join(30)
+    if thread.is_alive():
+        # Blocked in open() waiting for a writer: be that writer until the thread ends.
+        writer = os.open(fifo, os.O_WRONLY | os.O_NONBLOCK)
+        thread.join()
+        os.close(writer)
+        pytest.fail("opening a named pipe waited for a writer instead of failing")
+    (error,) = outcome
+    assert isinstance(error, ShuffleIOError)
+    assert "expected a regular file, found a named pipe" in str(error)
