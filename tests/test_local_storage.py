@@ -13,8 +13,10 @@ from pathlib import Path
 
 import fsspec
 import numpy as np
+import pyarrow as pa
 import pytest
 
+import arrowshuffle as ash
 from arrowshuffle.format.errors import MissingObjectError, ShuffleIOError
 from arrowshuffle.readers.source import MappedSource, open_source
 from arrowshuffle.readers.storage import resolve
@@ -111,6 +113,31 @@ def test_a_missing_file_and_a_directory_are_storage_errors(tmp_path: Path) -> No
     with pytest.raises(ShuffleIOError, match="opening") as info:
         open_source(resolve(str(tmp_path)))
     assert not isinstance(info.value, MissingObjectError)
+
+
+def _open_fds() -> int:
+    return len(os.listdir("/proc/self/fd"))
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="counts /proc/self/fd")
+def test_tables_read_from_mapped_files_hold_no_file_descriptors(tmp_path: Path) -> None:
+    # Uncompressed batches are read zero-copy, so the tables keep the maps alive: a map that
+    # kept a descriptor open too would use one per file read, and a dataset of more files
+    # than the descriptor limit could not be read into one table.
+    table = pa.table({"s": [f"v{i}" for i in range(300)], "i": np.arange(300)})
+    paths = []
+    for k in range(40):
+        path = tmp_path / f"f{k}.arrow"
+        with ash.ShuffleFileWriter(path, table.schema, 3, compression="none") as writer:
+            writer.write(table, subpartitions=np.arange(300) % 3)
+        paths.append(path)
+    before = _open_fds()
+    held = []
+    for path in paths:
+        with ash.open_file(str(path)) as file:
+            held.append(file.read(1))
+    assert all(t.num_rows == 100 for t in held)
+    assert _open_fds() - before < len(paths) // 2
 
 
 @pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="needs named pipes")
