@@ -166,3 +166,25 @@ def test_a_named_pipe_is_refused_without_waiting_for_a_writer(tmp_path: Path) ->
     (error,) = outcome
     assert isinstance(error, ShuffleIOError)
     assert "expected a regular file, found a named pipe" in str(error)
+
+
+@pytest.mark.parametrize("fast", [True, False])
+def test_a_dotdot_after_a_symbolic_link_names_the_file_the_system_opens(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fast: bool
+) -> None:
+    # link -> real/sub, so link/.. is real: the system opens real/x.arrow, not ./x.arrow.
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "real" / "sub").mkdir(parents=True)
+    (tmp_path / "link").symlink_to(tmp_path / "real" / "sub")
+    for where, value in (("real/x.arrow", 1), ("x.arrow", 2)):
+        table = pa.table({"v": [value]})
+        with ash.ShuffleFileWriter(where, table.schema, 1) as writer:
+            writer.write(table, subpartitions=np.zeros(1, dtype=np.int64))
+    path = "link/../x.arrow"
+    options = None if fast else {"auto_mkdir": False}  # options take fsspec's own way
+    location = resolve(path, options)
+    assert os.path.samefile(location.path, path)
+    assert os.path.samefile(location.sibling(".idx").path, "real/x.arrow.idx")
+    with ash.open_file(path, storage_options=options) as file:
+        assert file.read().column("v").to_pylist() == [1]
+    assert resolve("link/..").path == os.path.realpath("real")
