@@ -10,6 +10,7 @@ import mmap
 import os
 import random
 import stat
+import sys
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -128,22 +129,43 @@ def _load(path: str, read_at_most: int) -> tuple[pa.Buffer, bool]:
     """A local file's bytes: read whole (a private copy, True) or memory-mapped (False).
 
     ``mmap`` directly rather than ``pyarrow.memory_map``, which costs several times more per
-    open; the buffer keeps the map alive, and the map is released with the last slice of it.
+    open, where it can be done without holding a descriptor (see :func:`_map`); the buffer
+    keeps the map alive, and the map is released with the last slice of it.
     """
-    fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+    # O_NONBLOCK: opening a named pipe must not wait for a writer (it is refused below);
+    # reads of a regular file ignore it.
+    flags = os.O_RDONLY | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NONBLOCK", 0)
+    fd = os.open(path, flags)
     try:
         info = os.fstat(fd)
         if stat.S_ISDIR(info.st_mode):
             raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), path)
+        if stat.S_ISFIFO(info.st_mode) or stat.S_ISSOCK(info.st_mode):
+            # Neither can be mapped, and reopening one by name would wait for a writer.
+            kind = "named pipe" if stat.S_ISFIFO(info.st_mode) else "socket"
+            raise OSError(errno.ENODEV, f"expected a regular file, found a {kind}", path)
         if not stat.S_ISREG(info.st_mode):
-            # A device or a pipe: Arrow's own map says what it makes of it.
+            # A device: Arrow's own map says what it makes of it.
             return pa.memory_map(path, "r").read_buffer(), False
         size = info.st_size
         if size <= read_at_most or size == 0:
             return pa.py_buffer(_read_whole(fd, size)), True
-        return pa.py_buffer(mmap.mmap(fd, size, access=mmap.ACCESS_READ)), False
+        return _map(fd, size, path), False
     finally:
         os.close(fd)
+
+
+def _map(fd: int, size: int, path: str) -> pa.Buffer:
+    """A read-only map of the first ``size`` bytes of open file ``fd`` (named ``path``).
+
+    The map must not hold a file descriptor: it lives as long as any slice of it, and the
+    tables of a zero-copy read keep slices, so a descriptor per map would be one per file
+    read, and reading more files than the descriptor limit would fail. Before Python 3.13
+    ``mmap`` keeps a duplicate of the descriptor for its whole life; Arrow's map does not.
+    """
+    if sys.version_info >= (3, 13):
+        return pa.py_buffer(mmap.mmap(fd, size, access=mmap.ACCESS_READ, trackfd=False))
+    return pa.memory_map(path, "r").read_buffer()
 
 
 def _read_whole(fd: int, size: int) -> bytes:

@@ -112,7 +112,7 @@ def resolve(
     if not storage_options and ":" not in path:
         # A plain local path (no protocol, no chain, no options) means what fsspec would make
         # of it, without the cost of its URL parsing and file-system lookup.
-        fs_path = os.path.abspath(LocalFileSystem._strip_protocol(path))
+        fs_path = _absolute(LocalFileSystem._strip_protocol(path))
         return Location(_local_fs(), fs_path, fs_path)
     try:
         fs, fs_path = fsspec.core.url_to_fs(path, **(storage_options or {}))
@@ -128,11 +128,25 @@ def resolve(
     except (ValueError, TypeError) as exc:  # an unknown protocol or a bad storage option
         raise InvalidOptionError(f"cannot open {path!r}: {exc}") from exc
     if isinstance(fs, LocalFileSystem):
-        fs_path = os.path.abspath(fs_path)
+        fs_path = _absolute(fs_path)
         url = fs_path
     else:
         url = path
     return Location(fs, fs_path, url)
+
+
+def _absolute(path: str) -> str:
+    """``path`` made absolute and normal, naming the file the operating system would open.
+
+    ``os.path.abspath`` drops ``link/..`` as text, but the system goes to the parent of the
+    link's target: a path with ``..`` in it has its directory resolved first.
+    """
+    if ".." not in path.split("/"):
+        return os.path.abspath(path)
+    head, tail = os.path.split(path.rstrip("/"))
+    if tail in ("..", "."):
+        return os.path.realpath(path)
+    return os.path.join(os.path.realpath(head), tail)
 
 
 _LOCAL_FS: LocalFileSystem | None = None

@@ -8,12 +8,15 @@ and the same bytes as before, and the same errors.
 from __future__ import annotations
 
 import os
+import threading
 from pathlib import Path
 
 import fsspec
 import numpy as np
+import pyarrow as pa
 import pytest
 
+import arrowshuffle as ash
 from arrowshuffle.format.errors import MissingObjectError, ShuffleIOError
 from arrowshuffle.readers.source import MappedSource, open_source
 from arrowshuffle.readers.storage import resolve
@@ -110,3 +113,78 @@ def test_a_missing_file_and_a_directory_are_storage_errors(tmp_path: Path) -> No
     with pytest.raises(ShuffleIOError, match="opening") as info:
         open_source(resolve(str(tmp_path)))
     assert not isinstance(info.value, MissingObjectError)
+
+
+def _open_fds() -> int:
+    return len(os.listdir("/proc/self/fd"))
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="counts /proc/self/fd")
+def test_tables_read_from_mapped_files_hold_no_file_descriptors(tmp_path: Path) -> None:
+    # Uncompressed batches are read zero-copy, so the tables keep the maps alive: a map that
+    # kept a descriptor open too would use one per file read, and a dataset of more files
+    # than the descriptor limit could not be read into one table.
+    table = pa.table({"s": [f"v{i}" for i in range(300)], "i": np.arange(300)})
+    paths = []
+    for k in range(40):
+        path = tmp_path / f"f{k}.arrow"
+        with ash.ShuffleFileWriter(path, table.schema, 3, compression="none") as writer:
+            writer.write(table, subpartitions=np.arange(300) % 3)
+        paths.append(path)
+    before = _open_fds()
+    held = []
+    for path in paths:
+        with ash.open_file(str(path)) as file:
+            held.append(file.read(1))
+    assert all(t.num_rows == 100 for t in held)
+    assert _open_fds() - before < len(paths) // 2
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="needs named pipes")
+def test_a_named_pipe_is_refused_without_waiting_for_a_writer(tmp_path: Path) -> None:
+    fifo = tmp_path / "pipe.arrow"
+    os.mkfifo(fifo)
+    outcome: list[BaseException | None] = []
+
+    def open_it() -> None:
+        try:
+            open_source(resolve(str(fifo)))
+        except BaseException as exc:  # what the test checks below
+            outcome.append(exc)
+        else:
+            outcome.append(None)
+
+    thread = threading.Thread(target=open_it, daemon=True)
+    thread.start()
+    thread.join(30)
+    if thread.is_alive():
+        # Blocked in open() waiting for a writer: be that writer until the thread ends.
+        writer = os.open(fifo, os.O_WRONLY | os.O_NONBLOCK)
+        thread.join()
+        os.close(writer)
+        pytest.fail("opening a named pipe waited for a writer instead of failing")
+    (error,) = outcome
+    assert isinstance(error, ShuffleIOError)
+    assert "expected a regular file, found a named pipe" in str(error)
+
+
+@pytest.mark.parametrize("fast", [True, False])
+def test_a_dotdot_after_a_symbolic_link_names_the_file_the_system_opens(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fast: bool
+) -> None:
+    # link -> real/sub, so link/.. is real: the system opens real/x.arrow, not ./x.arrow.
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "real" / "sub").mkdir(parents=True)
+    (tmp_path / "link").symlink_to(tmp_path / "real" / "sub")
+    for where, value in (("real/x.arrow", 1), ("x.arrow", 2)):
+        table = pa.table({"v": [value]})
+        with ash.ShuffleFileWriter(where, table.schema, 1) as writer:
+            writer.write(table, subpartitions=np.zeros(1, dtype=np.int64))
+    path = "link/../x.arrow"
+    options = None if fast else {"auto_mkdir": False}  # options take fsspec's own way
+    location = resolve(path, options)
+    assert os.path.samefile(location.path, path)
+    assert os.path.samefile(location.sibling(".idx").path, "real/x.arrow.idx")
+    with ash.open_file(path, storage_options=options) as file:
+        assert file.read().column("v").to_pylist() == [1]
+    assert resolve("link/..").path == os.path.realpath("real")
