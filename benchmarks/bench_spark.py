@@ -33,12 +33,17 @@ cores), a plan at ``target_bytes=128MiB``, ``partitioning=subpartition`` (one Sp
 per subpartition), ``consumers=2``, and the same rows as Parquet read by Spark, written as
 ``df.write.parquet`` (one file per writing task) and as ``df.repartition(n, key).write.parquet``
 (one file per subpartition); once on the main job's hot-key data (a third of the rows on one
-key) and once with uniform keys. The read modes run interleaved, each repeat in another order.
+key) and once with uniform keys. Two more readers bound the source's cost: the planned read of
+the same rows written uncompressed, and a floor, a minimal Python data source that yields the
+batches of plain memory-mapped IPC files of the same rows (one per core) with no index, plan or
+check: what any Python data source pays to hand Arrow batches to Spark. The read modes run
+interleaved, each repeat in another order.
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import platform
 import shutil
@@ -67,6 +72,11 @@ READ_MODES: dict[str, dict[str, str]] = {
 PARQUET = "parquet"
 #: The same rows shuffled by key into the subpartition count first (a Spark shuffle's output).
 REPARTITION_PARQUET = "repartition parquet"
+#: The planned read of the same rows written uncompressed (the modes above read LZ4).
+PLAN_UNCOMPRESSED = "plan, compression none"
+#: The floor of any Python data source: the same rows from plain memory-mapped IPC files,
+#: one per core, yielded as Arrow batches with no index, plan or check.
+PYTHON_SOURCE_FLOOR = "python source floor"
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -192,6 +202,64 @@ def aggregate(df: Any) -> list[tuple[Any, ...]]:
     return sorted((*r[:-1], round(float(r[-1]), 3)) for r in rows)
 
 
+def floor_source(spark: Any) -> str:
+    """Register the floor data source with ``spark``; return its format name.
+
+    Its reader yields every batch of a list of plain Arrow IPC files, one file per Spark
+    partition, memory-mapped: what reaching the JVM through a Python data source costs when
+    reading costs nothing. Defined here, not at module level, so that it is pickled by value
+    (the workers need not import the benchmarks).
+    """
+    from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
+
+    class FilePartition(InputPartition):
+        def __init__(self, path: str) -> None:
+            self.path = path
+
+    class FloorReader(DataSourceReader):
+        def __init__(self, paths: list[str]) -> None:
+            self.paths = paths
+
+        def partitions(self) -> list[FilePartition]:
+            return [FilePartition(p) for p in self.paths]
+
+        def read(self, partition: InputPartition) -> Any:
+            import pyarrow as pa
+
+            assert isinstance(partition, FilePartition)
+            with pa.memory_map(partition.path) as source:
+                reader = pa.ipc.open_file(source)
+                yield from (reader.get_batch(i) for i in range(reader.num_record_batches))
+
+    class FloorSource(DataSource):
+        @classmethod
+        def name(cls) -> str:
+            return "arrowshuffle_bench_floor"
+
+        def reader(self, schema: Any) -> FloorReader:
+            return FloorReader(self.options["paths"].split(","))
+
+    spark.dataSource.register(FloorSource)
+    return str(FloorSource.name())
+
+
+def write_plain_files(path: str, pieces: int, out: str) -> list[str]:
+    """The rows of dataset ``path`` as ``pieces`` uncompressed IPC files (64Ki-row batches)."""
+    import pyarrow as pa
+
+    from arrowshuffle.readers.dataset import open_dataset
+
+    table = open_dataset(path).read().combine_chunks()
+    step = -(-table.num_rows // pieces)
+    paths = []
+    for i in range(pieces):
+        name = f"{out}-{i}.arrow"
+        with pa.OSFile(name, "wb") as sink, pa.ipc.new_file(sink, table.schema) as writer:
+            writer.write_table(table.slice(i * step, step), max_chunksize=1 << 16)
+        paths.append(name)
+    return paths
+
+
 def read_modes(spark: Any, args: argparse.Namespace, work: str) -> dict[str, Any]:
     """Time a full aggregated read in every read mode and from Parquet, on two key skews."""
     from pyspark.sql import functions as F
@@ -202,6 +270,7 @@ def read_modes(spark: Any, args: argparse.Namespace, work: str) -> dict[str, Any
 
     n = args.modes_subpartitions
     out: dict[str, Any] = {}
+    floor = floor_source(spark)
     hot = generate(spark, args.modes_rows, args.modes_files, args.keys)
     uniform = hot.withColumn(
         KEY, (F.pmod(F.xxhash64(F.col("id"), F.lit(3)), F.lit(args.keys)) + 1).cast("long")
@@ -215,6 +284,9 @@ def read_modes(spark: Any, args: argparse.Namespace, work: str) -> dict[str, Any
         repartitioned = path + ".repartition.parquet"
         ash_spark.write(
             df, path, num_subpartitions=n, partition_by=KEY, compression="lz4", mode="overwrite"
+        )
+        ash_spark.write(
+            df, path + ".none", num_subpartitions=n, partition_by=KEY, compression="none"
         )
         df.write.mode("overwrite").parquet(parquet)
         df.repartition(n, KEY).write.mode("overwrite").parquet(repartitioned)
@@ -230,6 +302,13 @@ def read_modes(spark: Any, args: argparse.Namespace, work: str) -> dict[str, Any
             readers[mode] = lambda o=options, p=path: (
                 spark.read.format("arrowshuffle").options(**o).load(p)
             )
+        source = spark.read.format("arrowshuffle")
+        readers[PLAN_UNCOMPRESSED] = functools.partial(source.load, path + ".none")
+        plain = write_plain_files(path, spark.sparkContext.defaultParallelism, path)
+        floor_read = spark.read.format(floor).schema(source.load(path).schema)
+        readers[PYTHON_SOURCE_FLOOR] = functools.partial(
+            floor_read.option("paths", ",".join(plain)).load
+        )
         results: dict[str, Any] = {}
         times: dict[str, list[float]] = {name: [] for name in readers}
         cpus: dict[str, list[float]] = {name: [] for name in readers}

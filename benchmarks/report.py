@@ -305,6 +305,15 @@ SPARK_READ_MODES = {
 }
 
 
+#: Readers compared with the repartitioned Parquet read: the default, the same read of
+#: uncompressed files, and the floor of any Python data source (plain IPC files, no checks).
+SPARK_AGAINST_REPARTITIONED = {
+    "plan": SPARK_READ_MODES["plan"],
+    "plan, compression none": "planned read, compression none",
+    "python source floor": "a minimal Python data source over plain IPC files",
+}
+
+
 def spark_figures(doc: dict[str, Any]) -> Iterator[Figure]:
     """bench_spark: Spark writes and reads of three layouts (medians only), and read modes."""
     results = doc["results"]
@@ -348,16 +357,17 @@ def spark_figures(doc: dict[str, Any]) -> Iterator[Figure]:
                     Stat.of(found["parquet"]),
                 )
         rep = found.get("repartition parquet")
-        if rep is not None and "plan" in found:
-            yield Figure(
-                "spark",
-                what,
-                "s",
-                SPARK_READ_MODES["plan"],
-                Stat.of(found["plan"]),
-                "df.repartition(n, key).write.parquet",
-                Stat.of(rep),
-            )
+        for mode, label in SPARK_AGAINST_REPARTITIONED.items():
+            if rep is not None and mode in found:
+                yield Figure(
+                    "spark",
+                    what,
+                    "s",
+                    label,
+                    Stat.of(found[mode]),
+                    "df.repartition(n, key).write.parquet",
+                    Stat.of(rep),
+                )
         for peer, label in (("parquet", "Parquet"), ("repartition parquet", "repartitioned")):
             if "plan" in found and "cpu_median_s" in found["plan"] and peer in found:
                 if "cpu_median_s" not in found[peer]:
