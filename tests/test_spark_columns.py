@@ -377,3 +377,31 @@ def test_a_default_plan_fills_the_slots_in_one_wave(
     assert len(parts) == 2
     assert [s for p in parts for s in p.subpartitions] == list(range(64))
     assert sum(b.num_rows for p in parts for b in reader.read(p)) == 40_000
+
+
+def test_a_default_plan_cuts_the_slots_evenly_when_no_share_target_does() -> None:
+    """63 subpartitions of 1 MiB and one of 1.5 MiB on 2 slots: filling up to the share leaves
+    a third task, and 1.1 times the share cuts 35 against 29.5 MiB; a balanced cut's largest
+    piece as the target gives two tasks of 32 and 32.5 MiB."""
+    import numpy as np
+
+    from arrowshuffle.readers.balance import plan_reads
+    from arrowshuffle.spark.datasource import fastest_plan, makespan
+
+    mib = 2**20
+    sizes = np.array([mib] * 63 + [3 * mib // 2], dtype=np.int64)
+    rows = np.ones(64, dtype=np.int64)
+
+    def plan(target: int) -> list[Any]:
+        return plan_reads(sizes, rows, [range(64)], 1, lambda s: None, target_bytes=target)
+
+    config = parse_read_options({"path": "/d", "parallelism": "2"})
+    share = -(-int(sizes.sum()) // 2)
+    assert len(plan(share)) == 3
+    best = fastest_plan(plan, config.plan_targets(sizes), 2)
+    assert [t.bytes for t in best] == [32 * mib, 32 * mib + mib // 2]
+    # Every candidate the targets used to hold finishes later.
+    old = [share, int(share * 1.1), int(share * 1.25)]
+    assert makespan([t.bytes for t in fastest_plan(plan, old, 2)], 2) > makespan(
+        [t.bytes for t in best], 2
+    )

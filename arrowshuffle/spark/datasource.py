@@ -449,30 +449,46 @@ def planned_partitions(
 
     Planned on the driver from the manifest's sizes (and, for the subpartitions it splits,
     their index entries); no data is read. Without ``target_bytes``, several targets around
-    the selection's share per slot are planned and the plan that would finish first on
-    ``parallelism`` slots is kept (:func:`makespan`): contiguous subpartitions rarely add up
-    to exactly one share, and a plan of ``slots + 1`` tasks takes two waves.
+    the selection's share per slot are planned (:meth:`SparkReadConfig.plan_targets`) and
+    the plan that would finish first on ``parallelism`` slots is kept (:func:`fastest_plan`):
+    contiguous subpartitions rarely add up to exactly one share, and a plan of ``slots + 1``
+    tasks takes two waves.
     """
     if not selection:
         return []
     sizes, _ = dataset.subpartition_sizes()
-    selected = int(sizes[np.asarray(selection, dtype=np.int64)].sum())
-    slots = options.slots()
-    best: list[PlannedRead] | None = None
-    best_time = 0
-    for target in options.plan_targets(selected):
-        tasks = dataset.plan(
+    targets = options.plan_targets(sizes[np.asarray(selection, dtype=np.int64)])
+    best = fastest_plan(
+        lambda target: dataset.plan(
             target,
             subpartitions=selection,
             skew_factor=options.skew_factor,
             skew_min_bytes=options.skew_min_bytes,
             max_tasks=options.max_tasks,
-        )
+        ),
+        targets,
+        options.slots(),
+    )
+    return [PlannedPartition(i, task, dataset.num_files) for i, task in enumerate(best)]
+
+
+def fastest_plan(
+    plan: Callable[[int], list[PlannedRead]], targets: Sequence[int], slots: int
+) -> list[PlannedRead]:
+    """Of ``plan(target)`` for each of ``targets``, the one that finishes first on ``slots``.
+
+    Ties go to the earlier target (:func:`makespan`, which counts a cost per task).
+    """
+    best: list[PlannedRead] | None = None
+    best_time = 0
+    for target in targets:
+        tasks = plan(target)
         finish = makespan([t.bytes for t in tasks], slots)
         if best is None or finish < best_time:
             best, best_time = tasks, finish
-    assert best is not None
-    return [PlannedPartition(i, task, dataset.num_files) for i, task in enumerate(best)]
+    if best is None:
+        raise ValueError("fastest_plan needs at least one target")
+    return best
 
 
 def makespan(task_bytes: Sequence[int], slots: int, task_cost: int = TASK_COST_BYTES) -> int:

@@ -66,9 +66,11 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
+
+import numpy as np
 
 from arrowshuffle.format.errors import InvalidOptionError
 from arrowshuffle.format.notation import parse_bytes, parse_id_ranges, select_ids
@@ -76,6 +78,7 @@ from arrowshuffle.readers.balance import (
     DEFAULT_SKEW_FACTOR,
     DEFAULT_SKEW_MIN_BYTES,
     DEFAULT_TARGET_BYTES,
+    balanced_cuts,
     spread_target,
 )
 from arrowshuffle.readers.integrity import Verify
@@ -220,20 +223,29 @@ class SparkReadConfig:
         """How many tasks run at once: ``parallelism``, or the cores of this machine."""
         return self.parallelism or os.cpu_count() or 1
 
-    def plan_targets(self, selected_bytes: int) -> list[int]:
+    def plan_targets(self, sizes: Sequence[int] | np.ndarray) -> list[int]:
         """The targets a plan without ``target_bytes`` chooses among (see :meth:`plan_target`).
 
-        The share of one slot (one wave of tasks), a little above it (so that subpartitions
-        a little larger than the share do not leave one task over for a second wave), and a
-        half and a third of it (two or three waves, for skewed sizes); all within
+        ``sizes`` are the selected subpartitions' bytes, in order. The targets: the share of
+        one slot (one wave of tasks), a little above it (so that subpartitions a little larger
+        than the share do not leave one task over for a second wave), a half and a third of
+        it (two or three waves, for skewed sizes), and for one, two and three waves the
+        largest piece of a balanced cut (:func:`balanced_cuts`), with which filling tasks up
+        to the target gives those pieces; all within
         [:data:`DEFAULT_MIN_TARGET_BYTES`, :data:`DEFAULT_MAX_TARGET_BYTES`].
         """
         if self.target_bytes is not None:
             return [self.target_bytes]
-        share = -(-selected_bytes // self.slots())
+        values = np.asarray(sizes, dtype=np.int64)
+        slots = self.slots()
+        share = -(-int(values.sum()) // slots)
+        candidates = [int(share * factor) for factor in PLAN_TARGET_FACTORS]
+        for waves in (1, 2, 3):
+            cuts = balanced_cuts(values, slots * waves)
+            candidates.append(max(int(values[c.start : c.stop].sum()) for c in cuts))
         found: list[int] = []
-        for factor in PLAN_TARGET_FACTORS:
-            target = spread_target(int(share * factor), 1)
+        for candidate in candidates:
+            target = spread_target(candidate, 1)
             if target not in found:
                 found.append(target)
         return found
