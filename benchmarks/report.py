@@ -345,29 +345,26 @@ def spark_figures(doc: dict[str, Any]) -> Iterator[Figure]:
             f"Spark full read + groupBy(key), {modes['rows']:,} rows, "
             f"{modes['subpartitions']} subpartitions, {data}"
         )
-        for mode, label in SPARK_READ_MODES.items():
-            if mode in found:
-                yield Figure(
-                    "spark",
-                    what,
-                    "s",
-                    label,
-                    Stat.of(found[mode]),
-                    "the same rows as Parquet",
-                    Stat.of(found["parquet"]),
-                )
-        rep = found.get("repartition parquet")
-        for mode, label in SPARK_AGAINST_REPARTITIONED.items():
-            if rep is not None and mode in found:
-                yield Figure(
-                    "spark",
-                    what,
-                    "s",
-                    label,
-                    Stat.of(found[mode]),
-                    "df.repartition(n, key).write.parquet",
-                    Stat.of(rep),
-                )
+        against = (
+            (SPARK_READ_MODES, "parquet", "the same rows as Parquet"),
+            (
+                SPARK_AGAINST_REPARTITIONED,
+                "repartition parquet",
+                "df.repartition(n, key).write.parquet",
+            ),
+        )
+        for modes_of, peer, peer_label in against:
+            for mode, label in modes_of.items():
+                if mode in found and peer in found:
+                    yield Figure(
+                        "spark",
+                        what,
+                        "s",
+                        label,
+                        Stat.of(found[mode]),
+                        peer_label,
+                        Stat.of(found[peer]),
+                    )
         for peer, label in (("parquet", "Parquet"), ("repartition parquet", "repartitioned")):
             if "plan" in found and "cpu_median_s" in found["plan"] and peer in found:
                 if "cpu_median_s" not in found[peer]:
