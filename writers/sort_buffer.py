@@ -116,26 +116,25 @@ class SortBuffer:
 
 def _sort(batch: pa.RecordBatch, ids: np.ndarray, num_subpartitions: int) -> _Sorted:
     """``batch`` stably sorted by ``ids``, and its row count per subpartition."""
-    # The compiled kernels once they are loaded (on a thread, started by the first large batch):
-    # loading them costs more than they save on a small write.
-    kernels = _gather_jit.kernels.ready() if len(ids) >= MIN_ROWS_PER_THREAD else None
-    if kernels is not None and any(is_string_like(t) for t in batch.schema.types):
+    if np.all(ids[1:] >= ids[:-1]):
+        return batch, np.bincount(ids, minlength=num_subpartitions)  # in order already
+    kernels = None
+    if len(ids) >= MIN_ROWS_PER_THREAD and any(is_string_like(t) for t in batch.schema.types):
+        # The compiled kernels once they are loaded (on a thread, started by the first large
+        # batch that needs them): loading them costs more than they save on a small write.
+        kernels = _gather_jit.kernels.ready()
+    if kernels is not None:
         # The compiled counting sort and gather: the bytes of the take below, faster.
         order, counts = counting_sort(ids, num_subpartitions, kernels)
-        if np.all(ids[1:] >= ids[:-1]):
-            return batch, counts
         return take_columns(batch, order, kernels), counts
     counts = np.bincount(ids, minlength=num_subpartitions)
-    if not np.all(ids[1:] >= ids[:-1]):
-        # Arrow's stable sort of a narrow integer range is a counting sort.
-        order = pc.array_sort_indices(pa.array(ids))
-        if all(takes(t) for t in batch.schema.types):
-            # The order is a permutation of the rows: there are no bounds to check.
-            batch = pc.take(batch, order, boundscheck=False)
-        else:
-            # take_batch adds the view and run-end encoded columns take lacks.
-            batch = take_batch(batch, order)
-    return batch, counts
+    # Arrow's stable sort of a narrow integer range is a counting sort.
+    order = pc.array_sort_indices(pa.array(ids))
+    if all(takes(t) for t in batch.schema.types):
+        # The order is a permutation of the rows: there are no bounds to check.
+        return pc.take(batch, order, boundscheck=False), counts
+    # take_batch adds the view and run-end encoded columns take lacks.
+    return take_batch(batch, order), counts
 
 
 def batch_groups(slices: list[pa.RecordBatch], max_rows: int) -> list[list[pa.RecordBatch]]:
