@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import datetime
 import errno
+import functools
 import os
 import posixpath
 from collections.abc import Iterator, Mapping
@@ -149,15 +150,10 @@ def _absolute(path: str) -> str:
     return os.path.join(os.path.realpath(head), tail)
 
 
-_LOCAL_FS: LocalFileSystem | None = None
-
-
+@functools.cache
 def _local_fs() -> LocalFileSystem:
     """The local file system (fsspec's own instance: the one ``url_to_fs`` returns)."""
-    global _LOCAL_FS
-    if _LOCAL_FS is None:
-        _LOCAL_FS = LocalFileSystem()
-    return _LOCAL_FS
+    return LocalFileSystem()
 
 
 #: How a storage error is handled: ``"missing"`` and ``"denied"`` are raised at once as what
