@@ -34,18 +34,29 @@ def verify_chunks(buffer: pa.Buffer, base: int, chunk_range: ChunkRange, url: st
 
 
 def decode_range(
-    buffer: pa.Buffer, chunk_range: ChunkRange, schema: pa.Schema, url: str, *, full: bool
+    buffer: pa.Buffer,
+    chunk_range: ChunkRange,
+    schema: pa.Schema,
+    url: str,
+    *,
+    full: bool,
+    compression: str = "none",
 ) -> list[pa.RecordBatch]:
     """Decode the record batches of one chunk range from exactly its bytes (rule V17).
 
     Each chunk is decoded from its own bytes and must hold exactly the batches and rows its
-    entry declares. ``full`` adds Arrow's full validation of every batch.
+    entry declares. ``full`` adds Arrow's full validation of every batch; ``compression`` is
+    the file's codec (it chooses how batches are decompressed, see ``decode_chunk``).
     """
     batches: list[pa.RecordBatch] = []
     for chunk in chunk_range.chunks:
         piece = buffer.slice(chunk.offset - chunk_range.offset, chunk.length)
         where = _where(url, chunk_range.region, chunk)
-        batches.extend(decode_chunk(piece, schema, chunk.batches, chunk.rows, where, full=full))
+        batches.extend(
+            decode_chunk(
+                piece, schema, chunk.batches, chunk.rows, where, full=full, compression=compression
+            )
+        )
     return batches
 
 
@@ -63,6 +74,7 @@ def decode_block(
     *,
     columns: list[str] | None = None,
     verify: bool = False,
+    compression: str = "none",
 ) -> list[pa.RecordBatch]:
     """Decode every chunk range of one fetched block, in order, repeats expanded.
 
@@ -73,6 +85,7 @@ def decode_block(
         url: the data file, for error messages.
         columns: keep only these columns, in this order.
         verify: check each chunk's CRC32C first, and validate every decoded batch fully.
+        compression: the file's body codec, as its index says.
     """
     out: list[pa.RecordBatch] = []
     for chunk_range in block.ranges:
@@ -82,7 +95,9 @@ def decode_block(
         # A verifying read (the default for bytes that crossed a network) also runs Arrow's
         # full validation, as validation does (V17); an unverified local read stays zero-copy
         # and touches no more than the batches' headers.
-        batches = decode_range(piece, chunk_range, schema, url, full=verify)
+        batches = decode_range(
+            piece, chunk_range, schema, url, full=verify, compression=compression
+        )
         if columns is not None:
             batches = [b.select(columns) for b in batches]
         out.extend(repeat(batches, chunk_range.repeat))

@@ -838,7 +838,7 @@ class ShuffleFile(Readable):
         blocks = self.blocks(subpartitions, options=options, verify=check, regions=regions)
         if not blocks:
             return []
-        schema, url = self.schema, self.url
+        schema, url, codec = self.schema, self.url, self.compression
         if select is not None and self._projects(select, check, blocks, options):
             return self._projected_tasks(blocks, select, options)
         source = self.data_source()
@@ -847,7 +847,9 @@ class ShuffleFile(Readable):
         def decode(block: FetchBlock, buffers: list[pa.Buffer]) -> list[pa.RecordBatch]:
             (buffer,) = buffers
             self._check_anchors(block, buffer)
-            return decode_block(block, buffer, schema, url, columns=select, verify=check)
+            return decode_block(
+                block, buffer, schema, url, columns=select, verify=check, compression=codec
+            )
 
         return list(make_tasks(source, blocks, decode, options.task_bytes))
 

@@ -287,7 +287,14 @@ def _deep_checks(
                 crc.add(damaged)  # damaged bytes are not decoded: V16 already condemns them
                 continue
             try:
-                batches = decode_chunk(buffer, index.schema, chunk.batches, chunk.rows, chunk.where)
+                batches = decode_chunk(
+                    buffer,
+                    index.schema,
+                    chunk.batches,
+                    chunk.rows,
+                    chunk.where,
+                    compression=index.header.compression,
+                )
             except FormatError as exc:
                 decode.add(Violation.from_error(exc, "V17"))
                 continue

@@ -23,7 +23,7 @@ import numpy as np
 import pyarrow as pa
 
 from arrowshuffle.format.arrow_types import empty_batch
-from arrowshuffle.format.chunks import check_chunk_crc, decode_chunk
+from arrowshuffle.format.chunks import THREADED_DECODE_MIN_BODY, check_chunk_crc, decode_chunk
 from arrowshuffle.format.crc import crc32c
 from arrowshuffle.format.errors import (
     CorruptFileError,
@@ -44,6 +44,7 @@ from arrowshuffle.format.ipc_file import (
     split_file_tail,
     walk_messages,
 )
+from arrowshuffle.format.ipc_stream import open_batch_stream
 from arrowshuffle.format.manifest import ManifestFile
 from arrowshuffle.format.manifest_rules import (
     check_file_agrees,
@@ -358,17 +359,23 @@ class _GroupWriter:
     def _decode(self, pieces: Sequence[_Piece]) -> list[pa.RecordBatch]:
         """The run's batches, every chunk holding the batches and rows its entry declares.
 
-        The chunks are decoded as one stream (their schema's message, then their messages):
-        one call into Arrow for the run rather than two per batch. Only when that fails or
-        the counts disagree is each chunk decoded alone, for the message naming how (V17).
+        The chunks are decoded as one stream (their schema's message, then their messages,
+        not copied): one call into Arrow for the run rather than two per batch, on Arrow's
+        threads only when its batches are large. Only when that fails or the counts disagree
+        is each chunk decoded alone, for the message naming how (V17).
         """
         if self._schema_message is None:
             self._schema_message = self.schema.serialize()
-        data = pa.py_buffer(b"".join([self._schema_message, *(p.data for p in pieces)]))
+        size = sum(p.data.size for p in pieces)
+        threshold = THREADED_DECODE_MIN_BODY.get(self.codec)
+        large = threshold is not None and size >= threshold * sum(p.batches for p in pieces)
         batches: list[pa.RecordBatch] | None = None
         # On failure, each chunk alone says what is wrong (below).
         with contextlib.suppress(pa.ArrowException, OSError, EOFError):
-            batches = list(pa.ipc.open_stream(data).read_all().to_batches())
+            stream, _ = open_batch_stream(
+                self._schema_message, [p.data for p in pieces], use_threads=large
+            )
+            batches = list(stream.read_all().to_batches())
         counts = np.array([p.batches for p in pieces], dtype=np.int64)
         if batches is not None and len(batches) == counts.sum() and (counts > 0).all():
             rows = np.array([b.num_rows for b in batches], dtype=np.int64)

@@ -1,0 +1,190 @@
+"""Decoding a chunk's compressed batches without Arrow's threads gives the same batches (V17).
+
+A compressed chunk is read as a stream behind its schema's message (``format/ipc_stream``);
+these tests hold that path to what pyarrow's own readers decode, and to the V17 errors of
+damaged chunks, with and without Arrow's threads.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from arrowshuffle.format import chunks
+from arrowshuffle.format.chunks import THREADED_DECODE_MIN_BODY, decode_chunk
+from arrowshuffle.format.errors import FormatError
+from arrowshuffle.format.ipc_stream import _ChainedBuffers, open_batch_stream
+
+WHERE = "chunk (region 0, subpartition 0)"
+
+
+def sample_table(rows: int, seed: int = 0) -> pa.Table:
+    rng = np.random.default_rng(seed)
+    words = np.char.add("w", rng.integers(0, 1000, rows).astype(str))
+    return pa.table(
+        {
+            "k": pa.array(rng.integers(-(2**40), 2**40, rows), pa.int64()),
+            "x": pa.array(rng.random(rows)),
+            "s": pa.array(words).cast(pa.string()),
+            "n": pa.array([None if i % 7 == 0 else i for i in range(rows)], pa.int32()),
+        }
+    )
+
+
+def chunk_bytes(table: pa.Table, codec: str | None, batch_rows: int) -> tuple[pa.Buffer, int]:
+    """The record-batch messages of ``table`` as one chunk (a stream without its schema)."""
+    sink = pa.BufferOutputStream()
+    options = pa.ipc.IpcWriteOptions(compression=codec)
+    with pa.ipc.new_stream(sink, table.schema, options=options) as writer:
+        writer.write_table(table, max_chunksize=batch_rows)
+    stream = sink.getvalue()
+    head = table.schema.serialize().size
+    end_of_stream = 8
+    batches = len(table.to_batches(max_chunksize=batch_rows))
+    return stream.slice(head, stream.size - head - end_of_stream), batches
+
+
+def expected_batches(data: pa.Buffer, schema: pa.Schema, count: int) -> list[pa.RecordBatch]:
+    reader = pa.BufferReader(data)
+    return [pa.ipc.read_record_batch(pa.ipc.read_message(reader), schema) for _ in range(count)]
+
+
+@pytest.mark.parametrize("codec", ["lz4", "zstd"])
+@pytest.mark.parametrize("threaded", [False, True])
+def test_a_compressed_chunk_decodes_as_arrow_decodes_it(
+    codec: str, threaded: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The threshold moved so that both ways (with and without Arrow's threads) are taken.
+    monkeypatch.setitem(THREADED_DECODE_MIN_BODY, codec, 0 if threaded else 1 << 40)
+    table = sample_table(5000)
+    data, count = chunk_bytes(table, codec, 1200)
+    got = decode_chunk(data, table.schema, count, table.num_rows, WHERE, compression=codec)
+    assert len(got) == count == 5
+    assert pa.Table.from_batches(got).equals(table)
+    want = expected_batches(data, table.schema, count)
+    assert [b.num_rows for b in got] == [b.num_rows for b in want]
+
+
+def test_the_threshold_chooses_threads_by_the_largest_body(monkeypatch: pytest.MonkeyPatch) -> None:
+    seen: list[bool] = []
+    real = chunks.open_batch_stream
+
+    def spy(schema_message: pa.Buffer, messages: list[pa.Buffer], *, use_threads: bool):  # type: ignore[no-untyped-def]
+        seen.append(use_threads)
+        return real(schema_message, messages, use_threads=use_threads)
+
+    monkeypatch.setattr(chunks, "open_batch_stream", spy)
+    table = sample_table(3000)
+    data, count = chunk_bytes(table, "lz4", 1000)
+    bodies = []
+    reader = pa.BufferReader(data)
+    for _ in range(count):
+        bodies.append(pa.ipc.read_message(reader).body.size)
+    monkeypatch.setitem(THREADED_DECODE_MIN_BODY, "lz4", max(bodies) + 1)
+    decode_chunk(data, table.schema, count, table.num_rows, WHERE, compression="lz4")
+    monkeypatch.setitem(THREADED_DECODE_MIN_BODY, "lz4", max(bodies))
+    decode_chunk(data, table.schema, count, table.num_rows, WHERE, compression="lz4")
+    assert seen == [False, True]
+
+
+@pytest.mark.parametrize(("stored", "declared"), [("lz4", "none"), (None, "zstd"), ("zstd", "lz4")])
+def test_a_codec_the_index_misstates_still_decodes_the_same_rows(
+    stored: str | None, declared: str
+) -> None:
+    # The index's codec flag only chooses how to decode: every body says its own codec.
+    table = sample_table(2000)
+    data, count = chunk_bytes(table, stored, 700)
+    got = decode_chunk(data, table.schema, count, table.num_rows, WHERE, compression=declared)
+    assert pa.Table.from_batches(got).equals(table)
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    rows=st.integers(0, 3000),
+    batch_rows=st.integers(1, 1500),
+    codec=st.sampled_from(["lz4", "zstd"]),
+    seed=st.integers(0, 2**16),
+)
+def test_round_trip_of_any_split_into_batches(
+    rows: int, batch_rows: int, codec: str, seed: int
+) -> None:
+    table = sample_table(rows, seed)
+    data, count = chunk_bytes(table, codec, batch_rows)
+    got = decode_chunk(data, table.schema, count, rows, WHERE, compression=codec)
+    assert len(got) == count
+    assert pa.Table.from_batches(got, schema=table.schema).equals(table)
+
+
+@pytest.mark.parametrize("codec", ["lz4", "zstd"])
+def test_a_damaged_compressed_body_breaks_v17_naming_the_batch(codec: str) -> None:
+    table = sample_table(3000)
+    data, count = chunk_bytes(table, codec, 1000)
+    reader = pa.BufferReader(data)
+    pa.ipc.read_message(reader)
+    second = reader.tell()
+    message = pa.ipc.read_message(reader)
+    raw = bytearray(data.to_pybytes())
+    # The second batch's first compressed buffer: its length prefix, then frame bytes.
+    body_start = reader.tell() - message.body.size
+    raw[body_start + 8 : body_start + 40] = b"\xa5" * 32
+    assert body_start > second
+    with pytest.raises(FormatError, match="batch 1 does not decode") as caught:
+        decode_chunk(pa.py_buffer(bytes(raw)), table.schema, count, 3000, WHERE, compression=codec)
+    assert caught.value.rule == "V17"
+
+
+@pytest.mark.parametrize("codec", ["lz4", "zstd"])
+def test_a_truncated_compressed_chunk_breaks_v17(codec: str) -> None:
+    table = sample_table(3000)
+    data, count = chunk_bytes(table, codec, 1000)
+    cut = data.slice(0, data.size - 100)
+    with pytest.raises(FormatError, match="batch 2 does not decode") as caught:
+        decode_chunk(cut, table.schema, count, 3000, WHERE, compression=codec)
+    assert caught.value.rule == "V17"
+
+
+def test_trailing_bytes_after_the_declared_batches_break_v17() -> None:
+    table = sample_table(2000)
+    data, count = chunk_bytes(table, "lz4", 1000)
+    with pytest.raises(FormatError, match="decoded 1000 rows from") as caught:
+        decode_chunk(data, table.schema, count - 1, 1000, WHERE, compression="lz4")
+    assert caught.value.rule == "V17"
+
+
+def test_a_schema_message_inside_a_compressed_chunk_breaks_v17() -> None:
+    table = sample_table(100)
+    data, _ = chunk_bytes(table, "zstd", 100)
+    mixed = pa.py_buffer(table.schema.serialize().to_pybytes() + data.to_pybytes())
+    with pytest.raises(FormatError, match="batch 0 is a 'schema' message") as caught:
+        decode_chunk(mixed, table.schema, 2, 100, WHERE, compression="zstd")
+    assert caught.value.rule == "V17"
+
+
+def test_decoded_buffers_of_an_uncompressed_stream_are_not_copied() -> None:
+    table = sample_table(1000)
+    data, count = chunk_bytes(table, None, 1000)
+    stream, chained = open_batch_stream(table.schema.serialize(), [data], use_threads=False)
+    batch = stream.read_next_batch()
+    values = batch.column("k").buffers()[1]
+    assert data.address <= values.address < data.address + data.size
+    assert chained.tell() == table.schema.serialize().size + data.size
+    with pytest.raises(StopIteration):
+        stream.read_next_batch()  # the end of the buffers is the end of the stream
+    assert count == 1
+
+
+def test_chained_buffers_serve_reads_across_parts() -> None:
+    parts = [pa.py_buffer(b"abc"), pa.py_buffer(b""), pa.py_buffer(b"defgh"), pa.py_buffer(b"ij")]
+    chained = _ChainedBuffers(parts)
+    assert chained.read_buffer(2).to_pybytes() == b"ab"
+    assert chained.read_buffer(4).to_pybytes() == b"cdef"  # across a part (joined)
+    assert chained.read(1) == b"g"
+    assert chained.tell() == 7
+    assert chained.read_buffer(None).to_pybytes() == b"hij"
+    assert chained.read_buffer(5).to_pybytes() == b""
+    assert chained.tell() == 10
+    whole = _ChainedBuffers(parts[2:3]).read_buffer(5)
+    assert whole.address == parts[2].address  # one part's slice is handed over as it is
