@@ -45,9 +45,10 @@ def check_chunk_crc(data: Any, stored: int, where: str | Callable[[], str]) -> V
 
 
 #: The compressed body from which a batch is decompressed on Arrow's threads: below it, handing
-#: the batch to the pool and waiting costs more than decompressing it on one thread (measured
-#: on two cores: about 16k rows of LZ4 or 10k of ZSTD of a mixed schema).
-THREADED_DECODE_MIN_BODY = {"lz4": 384 * 1024, "zstd": 128 * 1024}
+#: the batch to the pool and waiting costs more than decompressing it on one thread, and one
+#: thread always takes about half the CPU time. Measured on two cores, the wall-time crossing
+#: lies between 460 KiB and 1 MiB of LZ4 bodies (by the data) and 150-300 KiB of ZSTD ones.
+THREADED_DECODE_MIN_BODY = {"lz4": 1024 * 1024, "zstd": 192 * 1024}
 
 
 @implements("V17")
@@ -78,7 +79,7 @@ def decode_chunk(
             the check costs about as much as a CRC.
         compression: the file's body codec (its index says). It only chooses how to decode:
             a compressed chunk is decompressed on one thread unless a batch is large
-            (:data:`THREADED_DECODE_MIN_BODY`); any chunk decodes the same either way.
+            (:data:`THREADED_DECODE_MIN_BODY`); any chunk decodes to the same batches.
 
     Raises:
         CorruptFileError: (V17) with what was expected and what was found.
@@ -128,17 +129,17 @@ def _decode_messages(
 ) -> Iterator[pa.RecordBatch]:
     """The batches of ``messages``, the record-batch messages in ``data[:end]``.
 
-    Uncompressed batches are decoded one by one (zero-copy, no thread involved). Compressed
-    ones are read as one stream, so that the choice of Arrow's threads is ours.
+    Uncompressed batches, and chunks with a large compressed batch, are decoded one message at
+    a time (zero-copy; Arrow's threads decompress). Other compressed chunks are read as one
+    stream without Arrow's threads.
     """
     threshold = THREADED_DECODE_MIN_BODY.get(compression)
-    if threshold is None or not messages:
+    if threshold is None or not messages or max(m.body.size for m in messages) >= threshold:
         for message in messages:
             yield pa.ipc.read_record_batch(message, schema)
         return
     schema_message = schema.serialize()
-    large = max(m.body.size for m in messages) >= threshold
-    stream, chained = open_batch_stream(schema_message, [data.slice(0, end)], use_threads=large)
+    stream, chained = open_batch_stream(schema_message, [data.slice(0, end)], use_threads=False)
     for _ in messages:
         yield stream.read_next_batch()
     if chained.tell() != schema_message.size + end:
