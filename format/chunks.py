@@ -101,7 +101,7 @@ def decode_chunk(
             if full:
                 batch.validate(full=True)
             out.append(batch)
-    except (pa.ArrowException, OSError, EOFError, StopIteration) as exc:
+    except (pa.ArrowException, OSError, EOFError) as exc:
         # Damaged bytes surface as any pyarrow error: invalid, IO, out of memory for a hostile
         # declared length, or an end of stream in the middle of a message.
         failed = len(out) if len(messages) == batches else len(messages)
@@ -134,14 +134,25 @@ def _decode_messages(
     stream without Arrow's threads.
     """
     threshold = THREADED_DECODE_MIN_BODY.get(compression)
-    if threshold is None or not messages or max(m.body.size for m in messages) >= threshold:
+    stream = None
+    if threshold is not None and messages and max(m.body.size for m in messages) < threshold:
+        schema_message = schema.serialize()
+        stream, chained = open_batch_stream(schema_message, [data.slice(0, end)], use_threads=False)
+        # The stream's schema is the message read back: it differs from ``schema`` when an
+        # extension type was registered (or unregistered) since ``schema`` was read, and
+        # every batch of a read must carry the one schema.
+        if not stream.schema.equals(schema, check_metadata=True):
+            stream = None
+    if stream is None:
         for message in messages:
             yield pa.ipc.read_record_batch(message, schema)
         return
-    schema_message = schema.serialize()
-    stream, chained = open_batch_stream(schema_message, [data.slice(0, end)], use_threads=False)
-    for _ in messages:
-        yield stream.read_next_batch()
+    for i in range(len(messages)):
+        try:
+            batch = stream.read_next_batch()
+        except StopIteration:  # inside a generator it would become a RuntimeError
+            raise pa.ArrowInvalid(f"the messages' stream ended before batch {i}") from None
+        yield batch
     if chained.tell() != schema_message.size + end:
         raise pa.ArrowInvalid(
             f"the stream read {chained.tell() - schema_message.size} of the messages' {end} bytes"

@@ -7,6 +7,9 @@ damaged chunks, with and without Arrow's threads.
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+from typing import Any
+
 import numpy as np
 import pyarrow as pa
 import pytest
@@ -17,6 +20,7 @@ from arrowshuffle.format import chunks
 from arrowshuffle.format.chunks import THREADED_DECODE_MIN_BODY, decode_chunk
 from arrowshuffle.format.errors import FormatError
 from arrowshuffle.format.ipc_stream import _ChainedBuffers, open_batch_stream
+from arrowshuffle.writers.merge import _GroupWriter, _Piece
 
 WHERE = "chunk (region 0, subpartition 0)"
 
@@ -192,3 +196,106 @@ def test_chained_buffers_serve_reads_across_parts() -> None:
     assert chained.tell() == 10
     whole = _ChainedBuffers(parts[2:3]).read_buffer(5)
     assert whole.address == parts[2].address  # one part's slice is handed over as it is
+
+
+class _LateExtension(pa.ExtensionType):
+    """An extension type registered only after a schema holding it was read."""
+
+    def __init__(self) -> None:
+        super().__init__(pa.int64(), "arrowshuffle.test.late")
+
+    def __arrow_ext_serialize__(self) -> bytes:
+        return b""
+
+    @classmethod
+    def __arrow_ext_deserialize__(
+        cls, storage_type: pa.DataType, serialized: bytes
+    ) -> pa.ExtensionType:
+        return cls()
+
+
+def test_both_decode_paths_keep_the_schema_they_were_given() -> None:
+    # A schema read (as from an index) before its extension type was registered holds the
+    # storage type; the stream would read the registered extension back. Every batch of a
+    # read must carry the schema the reader holds, whichever path decodes it.
+    values = pa.ExtensionArray.from_storage(_LateExtension(), pa.array(range(100), pa.int64()))
+    table = pa.table({"e": values})
+    data, count = chunk_bytes(table, "zstd", 50)
+    read_before = pa.ipc.read_schema(table.schema.serialize())
+    assert read_before.field("e").type == pa.int64()
+    pa.register_extension_type(_LateExtension())
+    try:
+        small = decode_chunk(data, read_before, count, 100, WHERE, compression="zstd")
+        per_message = decode_chunk(data, read_before, count, 100, WHERE, compression="none")
+    finally:
+        pa.unregister_extension_type("arrowshuffle.test.late")
+    assert [b.schema for b in small] == [read_before] * count
+    assert pa.Table.from_batches(per_message + small).num_rows == 200
+
+
+def _piece(data: pa.Buffer, batches: int, rows: int, name: str) -> _Piece:
+    return _Piece(data, batches, rows, 0, lambda: name)  # type: ignore[arg-type]
+
+
+def _messages(table: pa.Table, codec: str, batch_rows: int) -> list[pa.Buffer]:
+    data, count = chunk_bytes(table, codec, batch_rows)
+    reader = pa.BufferReader(data)
+    out = []
+    for _ in range(count):
+        start = reader.tell()
+        pa.ipc.read_message(reader)
+        out.append(data.slice(start, reader.tell() - start))
+    return out
+
+
+def _join(*parts: pa.Buffer) -> pa.Buffer:
+    return pa.py_buffer(b"".join(p.to_pybytes() for p in parts))
+
+
+END_OF_STREAM = pa.py_buffer(b"\xff\xff\xff\xff\x00\x00\x00\x00")
+
+
+@pytest.mark.parametrize(
+    ("case", "layout"),
+    [
+        (
+            "bytes trail the last chunk",
+            lambda m, empty: [
+                (m[0], 1, 1000),
+                (_join(m[1], m[2], END_OF_STREAM, pa.py_buffer(b"junk" * 4)), 2, 2000),
+            ],
+        ),
+        (
+            "a batch moved between chunks",
+            lambda m, empty: [(_join(m[0], m[1]), 1, 2000), (m[2], 2, 1000)],
+        ),
+        (
+            "a boundary moved by an empty batch",
+            lambda m, empty: [(m[0], 2, 1000), (_join(empty, m[1]), 1, 1000)],
+        ),
+    ],
+)
+def test_rebatching_compaction_refuses_chunks_whose_batches_do_not_end_with_their_bytes(
+    case: str, layout: Any
+) -> None:
+    # The run is decoded as one stream: each chunk's declared batches must end exactly where
+    # its bytes do, or totals that agree would hide a moved boundary or trailing bytes.
+    table = sample_table(3000)
+    messages = _messages(table, "zstd", 1000)
+    sink = pa.BufferOutputStream()
+    options = pa.ipc.IpcWriteOptions(compression="zstd")
+    with pa.ipc.new_stream(sink, table.schema, options=options) as stream:
+        stream.write_batch(table.to_batches()[0].slice(0, 0))
+    head = table.schema.serialize().size
+    empty = sink.getvalue().slice(head, sink.getvalue().size - head - END_OF_STREAM.size)
+    pieces = [_piece(d, b, r, f"chunk {i}") for i, (d, b, r) in enumerate(layout(messages, empty))]
+    writer = SimpleNamespace(_schema_message=None, schema=table.schema, codec="zstd", url="u")
+    with pytest.raises(FormatError) as caught:
+        _GroupWriter._decode(writer, pieces)  # type: ignore[arg-type]
+    assert caught.value.rule == "V17", case
+    good = [
+        _piece(messages[0], 1, 1000, "a"),
+        _piece(_join(messages[1], messages[2]), 2, 2000, "b"),
+    ]
+    decoded = _GroupWriter._decode(writer, good)  # type: ignore[arg-type]
+    assert pa.Table.from_batches(decoded).equals(table)

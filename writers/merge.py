@@ -371,11 +371,20 @@ class _GroupWriter:
         large = threshold is not None and size >= threshold * sum(p.batches for p in pieces)
         batches: list[pa.RecordBatch] | None = None
         # On failure, each chunk alone says what is wrong (below).
-        with contextlib.suppress(pa.ArrowException, OSError, EOFError):
-            stream, _ = open_batch_stream(
+        with contextlib.suppress(pa.ArrowException, OSError, EOFError, StopIteration):
+            stream, chained = open_batch_stream(
                 self._schema_message, [p.data for p in pieces], use_threads=large
             )
-            batches = list(stream.read_all().to_batches())
+            decoded: list[pa.RecordBatch] = []
+            end = self._schema_message.size
+            for p in pieces:
+                decoded.extend([stream.read_next_batch() for _ in range(p.batches)])
+                end += p.data.size
+                if chained.tell() != end:
+                    # The declared batches end elsewhere than the chunk's bytes: a batch
+                    # boundary moved between chunks, or bytes trail a chunk's batches.
+                    raise pa.ArrowInvalid(f"{p.where()}: its batches do not end with its bytes")
+            batches = decoded
         counts = np.array([p.batches for p in pieces], dtype=np.int64)
         if batches is not None and len(batches) == counts.sum() and (counts > 0).all():
             rows = np.array([b.num_rows for b in batches], dtype=np.int64)
