@@ -851,7 +851,15 @@ class ShuffleFile(Readable):
                 block, buffer, schema, url, columns=select, verify=check, compression=codec
             )
 
-        return list(make_tasks(source, blocks, decode, options.task_bytes))
+        return list(
+            make_tasks(
+                source,
+                blocks,
+                decode,
+                options.task_bytes,
+                decompresses=self.compression != "none",
+            )
+        )
 
     # ---------------------------------------------------------------- projected reads
 
@@ -972,7 +980,15 @@ class ShuffleFile(Readable):
                 reader = pa.ipc.open_file(pa.PythonFile(sparse, mode="r"), options=read_options)
                 return decode_projected(block, reader, positions, select, url)
 
-        return list(make_tasks(source, projected, decode, options.task_bytes))
+        return list(
+            make_tasks(
+                source,
+                projected,
+                decode,
+                options.task_bytes,
+                decompresses=self.compression != "none",
+            )
+        )
 
     @property
     def data_bytes_read(self) -> int:

@@ -12,7 +12,9 @@ order their batches must come out: per file, fetch blocks sorted by offset (see
 * hands batches out strictly in task order, whatever order fetches finish in.
 
 Memory-mapped local files need no IO threads: their tasks run in the caller's thread when
-their turn comes, and the operating system does the read-ahead.
+their turn comes, and the operating system does the read-ahead. Tasks that decompress are
+the exception: the ones after the head are decoded ahead on the kernel pool
+(:mod:`arrowshuffle.format.parallel`), within the same budget.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from dataclasses import dataclass
 import pyarrow as pa
 
 from arrowshuffle.format.errors import ChecksumMismatchError, FormatError, InvalidOptionError
+from arrowshuffle.format.parallel import submit
 from arrowshuffle.readers.byte_ranges import DEFAULT_MAX_BLOCK, DEFAULT_MAX_GAP, FetchBlock
 from arrowshuffle.readers.source import ByteSource, RemoteSource
 
@@ -91,6 +94,8 @@ class ReadTask:
     source: ByteSource
     blocks: tuple[FetchBlock, ...]
     decode: Decoder
+    #: Decoding decompresses: CPU work that a local read runs ahead on the kernel pool.
+    decompresses: bool = False
 
     @property
     def nbytes(self) -> int:
@@ -145,7 +150,12 @@ class ReadTask:
 
 
 def make_tasks(
-    source: ByteSource, blocks: Iterable[FetchBlock], decode: Decoder, task_bytes: int
+    source: ByteSource,
+    blocks: Iterable[FetchBlock],
+    decode: Decoder,
+    task_bytes: int,
+    *,
+    decompresses: bool = False,
 ) -> Iterator[ReadTask]:
     """Group consecutive blocks of one object into tasks of at most ``task_bytes`` each."""
     group: list[FetchBlock] = []
@@ -153,12 +163,12 @@ def make_tasks(
     for block in blocks:
         length = block.nbytes
         if group and size + length > task_bytes:
-            yield ReadTask(source, tuple(group), decode)
+            yield ReadTask(source, tuple(group), decode, decompresses)
             group, size = [], 0
         group.append(block)
         size += length
     if group:
-        yield ReadTask(source, tuple(group), decode)
+        yield ReadTask(source, tuple(group), decode, decompresses)
 
 
 def run_tasks(
@@ -171,9 +181,7 @@ def run_tasks(
     """
     options = options or ReadOptions()
     budget = options.max_in_flight
-    pending: collections.deque[tuple[ReadTask, Future[list[pa.RecordBatch]] | None]] = (
-        collections.deque()
-    )
+    pending: collections.deque[_Pending] = collections.deque()
     upcoming = iter(tasks)
     lookahead: ReadTask | None = None
     exhausted = False
@@ -197,18 +205,72 @@ def run_tasks(
                             options.io_threads, thread_name_prefix="arrowshuffle-io"
                         )
                     future = pool.submit(lookahead.run)
-                pending.append((lookahead, future))
+                elif lookahead.decompresses and pending:
+                    # Decoded ahead on the kernel pool while the caller decodes the task
+                    # before it (the head task is always the caller's): decompression runs
+                    # on every core, with one hand-off per task rather than per batch.
+                    future = submit(lookahead.run)
+                pending.append(_Pending(lookahead, future))
                 in_flight += lookahead.nbytes
                 lookahead = None
             if not pending:
                 return
-            task, future = pending.popleft()
-            batches = task.run() if future is None else future.result()
-            yield from batches
-            in_flight -= task.nbytes
+            head = pending.popleft()
+            yield from head.result(pending)
+            in_flight -= head.task.nbytes
     finally:
-        for _, future in pending:
-            if future is not None:
-                future.cancel()
+        for item in pending:
+            item.abandon()
         if pool is not None:
             pool.shutdown(wait=False, cancel_futures=True)
+
+
+@dataclass
+class _Pending:
+    """A task of :func:`run_tasks` waiting for its turn: started on a pool, or not yet."""
+
+    task: ReadTask
+    future: Future[list[pa.RecordBatch]] | None
+    #: What the caller's thread decoded of a local task it took back from the pool, or the
+    #: error that raised (raised in turn, when the task is the head).
+    batches: list[pa.RecordBatch] | None = None
+    error: BaseException | None = None
+
+    @property
+    def local_ahead(self) -> bool:
+        """A local task handed to the kernel pool (which the caller may take back)."""
+        return self.future is not None and not self.task.source.concurrent
+
+    def take_back(self) -> bool:
+        """Run a local task here if the pool has not started it; whether it did."""
+        if self.future is None or not self.local_ahead or not self.future.cancel():
+            return False
+        self.future = None
+        try:
+            self.batches = self.task.run()
+        except Exception as exc:  # raised when this task's turn comes, not before
+            self.error = exc
+        return True
+
+    def result(self, after: Iterable[_Pending]) -> list[pa.RecordBatch]:
+        """This task's batches.
+
+        While a pool thread decodes it, the caller does not idle: it decodes the next local
+        tasks the pool has not started.
+        """
+        self.take_back()
+        if self.future is None:
+            if self.error is not None:
+                raise self.error
+            return self.batches if self.batches is not None else self.task.run()
+        if self.local_ahead:
+            for item in after:
+                if self.future.done():
+                    break
+                item.take_back()
+        return self.future.result()
+
+    def abandon(self) -> None:
+        """Cancel a task whose batches are no longer wanted; wait for a local one running."""
+        if self.future is not None and not self.future.cancel() and self.local_ahead:
+            self.future.exception()  # no local decode outlives the read
