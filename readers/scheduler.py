@@ -59,6 +59,9 @@ class ReadOptions:
         project_min_bytes: a read of some columns (``columns=``) from an object store, without
             checksum verification, fetches only those columns' buffers when its chunks hold at
             least this many bytes (local reads without verification always project).
+        decode_ahead: a local read of compressed files decodes the tasks after the current
+            one on the kernel pool (:mod:`arrowshuffle.format.parallel`). A caller that already
+            runs one read per core, such as a Spark task, turns it off.
     """
 
     max_gap: int = DEFAULT_MAX_GAP
@@ -66,8 +69,13 @@ class ReadOptions:
     max_in_flight: int = DEFAULT_MAX_IN_FLIGHT
     io_threads: int = DEFAULT_IO_THREADS
     project_min_bytes: int = DEFAULT_PROJECT_MIN_BYTES
+    decode_ahead: bool = True
 
     def __post_init__(self) -> None:
+        if not isinstance(self.decode_ahead, bool):
+            raise InvalidOptionError(
+                f"decode_ahead must be True or False, found {self.decode_ahead!r}"
+            )
         for name, minimum in (
             ("max_gap", 0),
             ("max_block", 1),
@@ -205,7 +213,7 @@ def run_tasks(
                             options.io_threads, thread_name_prefix="arrowshuffle-io"
                         )
                     future = pool.submit(lookahead.run)
-                elif lookahead.decompresses and pending:
+                elif lookahead.decompresses and pending and options.decode_ahead:
                     # Decoded ahead on the kernel pool while the caller decodes the task
                     # before it (the head task is always the caller's): decompression runs
                     # on every core, with one hand-off per task rather than per batch.

@@ -16,7 +16,7 @@ import pyarrow as pa
 import pytest
 
 import arrowshuffle
-from arrowshuffle.format.errors import CorruptFileError, FormatError
+from arrowshuffle.format.errors import CorruptFileError, FormatError, InvalidOptionError
 from arrowshuffle.format.parallel import NUM_THREADS_ENV
 from arrowshuffle.readers.byte_ranges import FetchBlock
 from arrowshuffle.readers.scheduler import ReadOptions, ReadTask, run_tasks
@@ -151,3 +151,16 @@ def test_a_compressed_file_of_many_tasks_reads_what_an_uncompressed_one_does(
             want = a.read(selection)
             got = list(b.iter_batches(selection, options=options))
             assert pa.Table.from_batches(got, schema=want.schema).equals(want)
+
+
+@pytest.mark.usefixtures("two_threads")
+def test_decode_ahead_off_keeps_every_task_on_the_callers_thread() -> None:
+    decode = _Decoder(seconds=0.005)
+    options = ReadOptions(max_in_flight=10**6, decode_ahead=False)
+    assert _order(run_tasks(_tasks(decode, 6), options)) == list(range(6))
+    assert decode.threads == {threading.get_ident()}
+
+
+def test_decode_ahead_must_be_a_bool() -> None:
+    with pytest.raises(InvalidOptionError, match="decode_ahead must be True or False, found 1"):
+        ReadOptions(decode_ahead=1)  # type: ignore[arg-type]

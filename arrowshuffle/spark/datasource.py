@@ -30,6 +30,7 @@ column of a ``hash``/``key_group``/``column`` dataset skip the subpartitions the
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import heapq
 import threading
@@ -764,15 +765,21 @@ class ArrowShuffleReader(DataSourceReader):
                 f"subpartition selection), found {type(partition).__name__}"
             )
         dataset = task_dataset(self.options, self.version, self.files)
+        # Spark runs a task per core: decoding ahead on another thread would only compete.
+        read_options = dataclasses.replace(dataset.options, decode_ahead=False)
         if isinstance(partition, PlannedPartition):
             batches = dataset.iter_batches(
                 task=partition.task(dataset.num_files),
                 columns=self.columns,
                 verify=self.options.verify,
+                options=read_options,
             )
         else:
             batches = dataset.iter_batches(
-                list(partition.subpartitions), columns=self.columns, verify=self.options.verify
+                list(partition.subpartitions),
+                columns=self.columns,
+                verify=self.options.verify,
+                options=read_options,
             )
         for batch in coalesce_batches(batches, self.options.batch_rows, self.options.batch_bytes):
             yield conform(batch, self.target)
