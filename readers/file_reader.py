@@ -980,15 +980,8 @@ class ShuffleFile(Readable):
                 reader = pa.ipc.open_file(pa.PythonFile(sparse, mode="r"), options=read_options)
                 return decode_projected(block, reader, positions, select, url)
 
-        return list(
-            make_tasks(
-                source,
-                projected,
-                decode,
-                options.task_bytes,
-                decompresses=self.compression != "none",
-            )
-        )
+        # Not decoded ahead: the tasks of a file share its one Arrow file reader.
+        return list(make_tasks(source, projected, decode, options.task_bytes))
 
     @property
     def data_bytes_read(self) -> int:

@@ -20,6 +20,8 @@ the exception: the ones after the head are decoded ahead on the kernel pool
 from __future__ import annotations
 
 import collections
+import contextlib
+import itertools
 import numbers
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -28,7 +30,7 @@ from dataclasses import dataclass
 import pyarrow as pa
 
 from arrowshuffle.format.errors import ChecksumMismatchError, FormatError, InvalidOptionError
-from arrowshuffle.format.parallel import submit
+from arrowshuffle.format.parallel import background_threads, submit
 from arrowshuffle.readers.byte_ranges import DEFAULT_MAX_BLOCK, DEFAULT_MAX_GAP, FetchBlock
 from arrowshuffle.readers.source import ByteSource, RemoteSource
 
@@ -213,24 +215,46 @@ def run_tasks(
                             options.io_threads, thread_name_prefix="arrowshuffle-io"
                         )
                     future = pool.submit(lookahead.run)
-                elif lookahead.decompresses and pending and options.decode_ahead:
-                    # Decoded ahead on the kernel pool while the caller decodes the task
-                    # before it (the head task is always the caller's): decompression runs
-                    # on every core, with one hand-off per task rather than per batch.
-                    future = submit(lookahead.run)
                 pending.append(_Pending(lookahead, future))
                 in_flight += lookahead.nbytes
                 lookahead = None
             if not pending:
                 return
+            if options.decode_ahead:
+                _decode_ahead(pending)
             head = pending.popleft()
-            yield from head.result(pending)
+            try:
+                batches = head.result(pending)
+            except BaseException:
+                head.abandon()  # an interrupt while the head ran on the pool: wait for it
+                raise
+            yield from batches
             in_flight -= head.task.nbytes
     finally:
+        for item in pending:  # cancel all first: the pool must not start one while we wait
+            item.cancel()
         for item in pending:
             item.abandon()
         if pool is not None:
             pool.shutdown(wait=False, cancel_futures=True)
+
+
+def _decode_ahead(pending: collections.deque[_Pending]) -> None:
+    """Hand local tasks that decompress, after the next one, to idle kernel-pool threads.
+
+    The next task is the caller's own. At most one task per pool thread is handed over, so
+    that other work on the pool (a writer's sorts, say) never waits behind a read's queue, and
+    decoded batches wait only for as many tasks as there are threads.
+    """
+    idle = background_threads() - sum(1 for item in pending if item.on_pool)
+    for item in itertools.islice(pending, 1, None):
+        if idle <= 0:
+            return
+        if item.may_decode_ahead:
+            item.future = submit(item.task.run)
+            if item.future is None:
+                return
+            idle -= 1
 
 
 @dataclass
@@ -239,21 +263,39 @@ class _Pending:
 
     task: ReadTask
     future: Future[list[pa.RecordBatch]] | None
-    #: What the caller's thread decoded of a local task it took back from the pool, or the
-    #: error that raised (raised in turn, when the task is the head).
+    #: What the caller's thread decoded of a local task ahead of its turn, or the error that
+    #: raised (raised in turn, when the task is the head).
     batches: list[pa.RecordBatch] | None = None
     error: BaseException | None = None
 
     @property
-    def local_ahead(self) -> bool:
-        """A local task handed to the kernel pool (which the caller may take back)."""
-        return self.future is not None and not self.task.source.concurrent
+    def local(self) -> bool:
+        """A task of a local source: the caller may run it, here or ahead of its turn."""
+        return not self.task.source.concurrent
+
+    @property
+    def decoded(self) -> bool:
+        """Whether the caller already ran it ahead of its turn."""
+        return self.batches is not None or self.error is not None
+
+    @property
+    def on_pool(self) -> bool:
+        """A local task handed to the kernel pool and not finished."""
+        return self.local and self.future is not None and not self.future.done()
+
+    @property
+    def may_decode_ahead(self) -> bool:
+        """A local task that decompresses, not yet started anywhere."""
+        return self.local and self.task.decompresses and self.future is None and not self.decoded
 
     def take_back(self) -> bool:
-        """Run a local task here if the pool has not started it; whether it did."""
-        if self.future is None or not self.local_ahead or not self.future.cancel():
+        """Run a local task that decompresses here, if nobody has started it; whether it did."""
+        if not self.local or not self.task.decompresses or self.decoded:
             return False
-        self.future = None
+        if self.future is not None:
+            if not self.future.cancel():
+                return False  # running or done on the pool
+            self.future = None
         try:
             self.batches = self.task.run()
         except Exception as exc:  # raised when this task's turn comes, not before
@@ -264,21 +306,31 @@ class _Pending:
         """This task's batches.
 
         While a pool thread decodes it, the caller does not idle: it decodes the next local
-        tasks the pool has not started.
+        tasks that nobody has started.
         """
-        self.take_back()
+        if self.error is not None:
+            raise self.error
+        if self.batches is not None:
+            return self.batches
+        if self.future is not None and self.local and self.future.cancel():
+            self.future = None
         if self.future is None:
-            if self.error is not None:
-                raise self.error
-            return self.batches if self.batches is not None else self.task.run()
-        if self.local_ahead:
+            return self.task.run()
+        if self.local:
             for item in after:
                 if self.future.done():
                     break
                 item.take_back()
         return self.future.result()
 
+    def cancel(self) -> None:
+        """Cancel a task whose batches are no longer wanted, if it has not started."""
+        if self.future is not None:
+            self.future.cancel()
+
     def abandon(self) -> None:
-        """Cancel a task whose batches are no longer wanted; wait for a local one running."""
-        if self.future is not None and not self.future.cancel() and self.local_ahead:
-            self.future.exception()  # no local decode outlives the read
+        """Wait for a local task still running on the pool: no decode outlives the read."""
+        if self.on_pool:
+            assert self.future is not None
+            with contextlib.suppress(BaseException):
+                self.future.exception()

@@ -17,7 +17,7 @@ import pytest
 
 import arrowshuffle
 from arrowshuffle.format.errors import CorruptFileError, FormatError, InvalidOptionError
-from arrowshuffle.format.parallel import NUM_THREADS_ENV
+from arrowshuffle.format.parallel import NUM_THREADS_ENV, submit
 from arrowshuffle.readers.byte_ranges import FetchBlock
 from arrowshuffle.readers.scheduler import ReadOptions, ReadTask, run_tasks
 
@@ -45,20 +45,32 @@ class _LocalSource:
 class _Decoder:
     """Decodes block ``i`` into a one-row batch holding ``i``, slowly, recording threads."""
 
-    def __init__(self, fail_at: int | None = None, seconds: float = 0.02) -> None:
+    def __init__(
+        self,
+        fail_at: int | None = None,
+        seconds: float = 0.02,
+        interrupt_at: int | None = None,
+        quick: frozenset[int] = frozenset(),
+    ) -> None:
         self.fail_at = fail_at
+        self.quick = quick
+        self.interrupt_at = interrupt_at
         self.seconds = seconds
         self.threads: set[int] = set()
+        self.started: list[int] = []
         self.running = 0
         self.lock = threading.Lock()
 
     def __call__(self, block: FetchBlock, buffers: list[pa.Buffer]) -> list[pa.RecordBatch]:
+        index = block.offset // 100
         with self.lock:
             self.running += 1
+            self.started.append(index)
             self.threads.add(threading.get_ident())
         try:
-            time.sleep(self.seconds)
-            index = block.offset // 100
+            if index == self.interrupt_at:
+                raise KeyboardInterrupt
+            time.sleep(0 if index in self.quick else self.seconds)
             if index == self.fail_at:
                 raise CorruptFileError(f"block {index} is damaged", rule="V17")
             return [pa.record_batch({"i": [index]})]
@@ -164,3 +176,48 @@ def test_decode_ahead_off_keeps_every_task_on_the_callers_thread() -> None:
 def test_decode_ahead_must_be_a_bool() -> None:
     with pytest.raises(InvalidOptionError, match="decode_ahead must be True or False, found 1"):
         ReadOptions(decode_ahead=1)  # type: ignore[arg-type]
+
+
+@pytest.mark.usefixtures("two_threads")
+def test_closing_early_does_not_decode_the_whole_queue() -> None:
+    # Only as many tasks as the pool has threads are handed to it: the rest are cancelled.
+    decode = _Decoder(seconds=0.05)
+    batches = run_tasks(_tasks(decode, 12), ReadOptions(max_in_flight=10**6))
+    next(batches)
+    batches.close()
+    assert decode.running == 0
+    assert len(decode.started) <= 3, decode.started
+
+
+@pytest.mark.usefixtures("two_threads")
+def test_an_interrupt_waits_for_the_decode_running_on_the_pool() -> None:
+    # Task 1 runs on the pool while the caller, waiting, decodes task 2 inline; an interrupt
+    # there must not leave task 1 running after the read has ended.
+    decode = _Decoder(seconds=0.3, interrupt_at=2, quick=frozenset({0}))
+    batches = run_tasks(_tasks(decode, 6), ReadOptions(max_in_flight=10**6))
+    with pytest.raises(KeyboardInterrupt):
+        list(batches)
+    assert decode.running == 0
+    assert 1 in decode.started
+
+
+@pytest.mark.usefixtures("two_threads")
+def test_at_most_one_task_per_pool_thread_is_queued_ahead() -> None:
+    # Other work on the kernel pool (a writer's sorts) never waits behind a read's queue.
+    decode = _Decoder(seconds=0.05)
+    seen_on_pool: list[int] = []
+    tasks = _tasks(decode, 10)
+    probe = threading.Event()
+
+    def pool_work() -> None:
+        seen_on_pool.append(len(decode.started))
+        probe.set()
+
+    iterator = run_tasks(tasks, ReadOptions(max_in_flight=10**6))
+    next(iterator)
+    future = submit(pool_work)
+    assert future is not None
+    # The pool thread finishes the one decode it was given (50 ms), then runs this work.
+    assert probe.wait(timeout=30)
+    assert seen_on_pool[0] <= 4, decode.started
+    assert len(list(iterator)) == 9
