@@ -40,6 +40,9 @@ DEFAULT_MAX_IN_FLIGHT = 64 * 1024 * 1024
 DEFAULT_IO_THREADS = 8
 #: A task holds at most this share of the in-flight budget, so that several run at once.
 _TASKS_PER_BUDGET = 4
+#: Local tasks decoded ahead per kernel-pool thread (running or waiting): two, so that a pool
+#: thread that finishes one while the caller decodes another has the next at hand.
+AHEAD_PER_THREAD = 2
 
 #: Decodes a block from its fetched bytes: one buffer per range of ``block.fetch_ranges``.
 Decoder = Callable[[FetchBlock, list[pa.Buffer]], list[pa.RecordBatch]]
@@ -240,13 +243,13 @@ def run_tasks(
 
 
 def _decode_ahead(pending: collections.deque[_Pending]) -> None:
-    """Hand local tasks that decompress, after the next one, to idle kernel-pool threads.
+    """Hand local tasks that decompress, after the next one, to the kernel pool.
 
-    The next task is the caller's own. At most one task per pool thread is handed over, so
-    that other work on the pool (a writer's sorts, say) never waits behind a read's queue, and
-    decoded batches wait only for as many tasks as there are threads.
+    The next task is the caller's own. At most :data:`AHEAD_PER_THREAD` tasks per pool thread
+    are handed over and unfinished, so that other work on the pool (a writer's sorts, say)
+    waits behind one read task at most, and decoded batches wait for few tasks.
     """
-    idle = background_threads() - sum(1 for item in pending if item.on_pool)
+    idle = AHEAD_PER_THREAD * background_threads() - sum(1 for item in pending if item.on_pool)
     for item in itertools.islice(pending, 1, None):
         if idle <= 0:
             return
@@ -317,7 +320,10 @@ class _Pending:
         if self.future is None:
             return self.task.run()
         if self.local:
-            for item in after:
+            # Tasks nobody has started first, then those waiting on the pool (taking those
+            # first would leave the pool idle once it finishes this one).
+            waiting = [item for item in after if item.local and item.task.decompresses]
+            for item in sorted(waiting, key=lambda item: item.future is not None):
                 if self.future.done():
                     break
                 item.take_back()
