@@ -16,7 +16,7 @@ import pyarrow as pa
 from arrowshuffle.format.arrow_types import empty_batch
 from arrowshuffle.format.crc import crc32c
 from arrowshuffle.format.errors import ArrowShuffleError, ChecksumMismatchError
-from arrowshuffle.format.ipc_stream import open_batch_stream
+from arrowshuffle.format.ipc_stream import BatchStream
 from arrowshuffle.format.partitioners import PARTITIONER_NAMES, recompute_subpartitions
 from arrowshuffle.format.partitioners.registry import EXPLICIT
 from arrowshuffle.format.rule_registry import Violation, implements
@@ -50,6 +50,16 @@ def check_chunk_crc(data: Any, stored: int, where: str | Callable[[], str]) -> V
 #: of LZ4 bodies and 150 KiB of ZSTD ones; 700 KiB LZ4 bodies decoded in 0.6 times the time
 #: with the threads, 4k-row batches (120 KiB) in 0.6 times the time without.
 THREADED_DECODE_MIN_BODY = {"lz4": 256 * 1024, "zstd": 128 * 1024}
+
+
+def decodes_on_threads(compression: str, body: float) -> bool:
+    """Whether batches of ``body`` compressed bytes are worth Arrow's threads to decompress.
+
+    True for uncompressed bodies: nothing is decompressed, so no thread is involved, and
+    pyarrow's per-message reader keeps them zero-copy.
+    """
+    threshold = THREADED_DECODE_MIN_BODY.get(compression)
+    return threshold is None or body >= threshold
 
 
 @implements("V17")
@@ -134,11 +144,9 @@ def _decode_messages(
     a time (zero-copy; Arrow's threads decompress). Other compressed chunks are read as one
     stream without Arrow's threads.
     """
-    threshold = THREADED_DECODE_MIN_BODY.get(compression)
     stream = None
-    if threshold is not None and messages and max(m.body.size for m in messages) < threshold:
-        schema_message = schema.serialize()
-        stream, chained = open_batch_stream(schema_message, [data.slice(0, end)], use_threads=False)
+    if messages and not decodes_on_threads(compression, max(m.body.size for m in messages)):
+        stream = BatchStream(schema.serialize(), [data.slice(0, end)], use_threads=False)
         # The stream's schema is the message read back: it differs from ``schema`` when an
         # extension type was registered (or unregistered) since ``schema`` was read, and
         # every batch of a read must carry the one schema.
@@ -147,17 +155,8 @@ def _decode_messages(
     if stream is None:
         for message in messages:
             yield pa.ipc.read_record_batch(message, schema)
-        return
-    for i in range(len(messages)):
-        try:
-            batch = stream.read_next_batch()
-        except StopIteration:  # inside a generator it would become a RuntimeError
-            raise pa.ArrowInvalid(f"the messages' stream ended before batch {i}") from None
-        yield batch
-    if chained.tell() != schema_message.size + end:
-        raise pa.ArrowInvalid(
-            f"the stream read {chained.tell() - schema_message.size} of the messages' {end} bytes"
-        )
+    else:
+        yield from stream.batches(len(messages), end)
 
 
 def chunk_violation(where: str, detail: str) -> Violation:

@@ -12,7 +12,7 @@ Pure: buffers in, record batches out.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 
 import pyarrow as pa
 
@@ -79,13 +79,11 @@ class _ChainedBuffers:
 
     def read(self, nbytes: int | None = None) -> bytes:
         """The next ``nbytes`` bytes as ``bytes`` (pyarrow reads through :meth:`read_buffer`)."""
-        return bytes(self.read_buffer(nbytes).to_pybytes())
+        return bytes(self.read_buffer(nbytes).to_pybytes())  # typed: pyarrow returns Any
 
 
-def open_batch_stream(
-    schema_message: pa.Buffer, messages: Sequence[pa.Buffer], *, use_threads: bool
-) -> tuple[pa.ipc.RecordBatchStreamReader, _ChainedBuffers]:
-    """A stream reader over ``schema_message`` followed by the bytes of ``messages``.
+class BatchStream:
+    """An Arrow IPC stream reader over a schema's message followed by record-batch messages.
 
     Args:
         schema_message: the schema as one encapsulated message (``schema.serialize()``).
@@ -93,12 +91,36 @@ def open_batch_stream(
         use_threads: let Arrow decompress each batch's buffers on its thread pool; worth it
             only for large batches, and never when the caller already decodes on every core.
 
-    Returns:
-        The reader, and the chained buffers it reads (``tell()`` is how far it has read).
-
     Raises:
         pyarrow.ArrowException: the schema message does not decode.
     """
-    chained = _ChainedBuffers([schema_message, *messages])
-    options = _THREADED if use_threads else _SERIAL
-    return pa.ipc.open_stream(pa.PythonFile(chained, mode="r"), options=options), chained
+
+    def __init__(
+        self, schema_message: pa.Buffer, messages: Sequence[pa.Buffer], *, use_threads: bool
+    ) -> None:
+        self._chained = _ChainedBuffers([schema_message, *messages])
+        self._head = schema_message.size
+        options = _THREADED if use_threads else _SERIAL
+        self._reader = pa.ipc.open_stream(pa.PythonFile(self._chained, mode="r"), options=options)
+
+    @property
+    def schema(self) -> pa.Schema:
+        """The schema read back from the schema's message."""
+        return self._reader.schema
+
+    def batches(self, count: int, end: int) -> Iterator[pa.RecordBatch]:
+        """The next ``count`` batches, whose messages must end ``end`` bytes into ``messages``.
+
+        Raises:
+            pyarrow.ArrowInvalid: the stream ends before ``count`` batches, or they end
+                elsewhere (a batch boundary moved, or bytes trail them).
+        """
+        for i in range(count):
+            try:
+                batch = self._reader.read_next_batch()
+            except StopIteration:  # inside a generator it would become a RuntimeError
+                raise pa.ArrowInvalid(f"the stream ended before batch {i} of {count}") from None
+            yield batch
+        read = self._chained.tell() - self._head
+        if read != end:
+            raise pa.ArrowInvalid(f"the batches end at byte {read} of the messages, expected {end}")

@@ -287,13 +287,18 @@ class _Pending:
         return self.local and self.future is not None and not self.future.done()
 
     @property
+    def local_decode(self) -> bool:
+        """A local task that decompresses: one the caller and the kernel pool may share."""
+        return self.local and self.task.decompresses
+
+    @property
     def may_decode_ahead(self) -> bool:
         """A local task that decompresses, not yet started anywhere."""
-        return self.local and self.task.decompresses and self.future is None and not self.decoded
+        return self.local_decode and self.future is None and not self.decoded
 
     def take_back(self) -> bool:
         """Run a local task that decompresses here, if nobody has started it; whether it did."""
-        if not self.local or not self.task.decompresses or self.decoded:
+        if not self.local_decode or self.decoded:
             return False
         if self.future is not None:
             if not self.future.cancel():
@@ -311,19 +316,17 @@ class _Pending:
         While a pool thread decodes it, the caller does not idle: it decodes the next local
         tasks that nobody has started.
         """
+        self.take_back()  # run here if the pool has not started it
         if self.error is not None:
             raise self.error
         if self.batches is not None:
             return self.batches
-        if self.future is not None and self.local and self.future.cancel():
-            self.future = None
         if self.future is None:
             return self.task.run()
         if self.local:
             # Tasks nobody has started first, then those waiting on the pool (taking those
             # first would leave the pool idle once it finishes this one).
-            waiting = [item for item in after if item.local and item.task.decompresses]
-            for item in sorted(waiting, key=lambda item: item.future is not None):
+            for item in sorted(after, key=lambda item: item.future is not None):
                 if self.future.done():
                     break
                 item.take_back()

@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 from arrowshuffle.format import chunks
 from arrowshuffle.format.chunks import THREADED_DECODE_MIN_BODY, decode_chunk
 from arrowshuffle.format.errors import FormatError
-from arrowshuffle.format.ipc_stream import _ChainedBuffers, open_batch_stream
+from arrowshuffle.format.ipc_stream import BatchStream, _ChainedBuffers
 from arrowshuffle.writers.merge import _GroupWriter, _Piece
 
 WHERE = "chunk (region 0, subpartition 0)"
@@ -76,13 +76,13 @@ def test_the_threshold_chooses_threads_by_the_largest_body(monkeypatch: pytest.M
     # Below the threshold the chunk is one stream without Arrow's threads; from it on, each
     # message goes to pyarrow's read_record_batch, which decompresses on Arrow's threads.
     streams: list[bool] = []
-    real = chunks.open_batch_stream
+    real = chunks.BatchStream
 
     def spy(schema_message: pa.Buffer, messages: list[pa.Buffer], *, use_threads: bool):  # type: ignore[no-untyped-def]
         streams.append(use_threads)
         return real(schema_message, messages, use_threads=use_threads)
 
-    monkeypatch.setattr(chunks, "open_batch_stream", spy)
+    monkeypatch.setattr(chunks, "BatchStream", spy)
     table = sample_table(3000)
     data, count = chunk_bytes(table, "lz4", 1000)
     bodies = []
@@ -174,14 +174,22 @@ def test_a_schema_message_inside_a_compressed_chunk_breaks_v17() -> None:
 def test_decoded_buffers_of_an_uncompressed_stream_are_not_copied() -> None:
     table = sample_table(1000)
     data, count = chunk_bytes(table, None, 1000)
-    stream, chained = open_batch_stream(table.schema.serialize(), [data], use_threads=False)
-    batch = stream.read_next_batch()
+    stream = BatchStream(table.schema.serialize(), [data], use_threads=False)
+    # Taking the batches checks that they end exactly at the end of the messages.
+    (batch,) = stream.batches(1, data.size)
     values = batch.column("k").buffers()[1]
     assert data.address <= values.address < data.address + data.size
-    assert chained.tell() == table.schema.serialize().size + data.size
-    with pytest.raises(StopIteration):
-        stream.read_next_batch()  # the end of the buffers is the end of the stream
+    with pytest.raises(pa.ArrowInvalid, match="the stream ended before batch 0 of 1"):
+        list(stream.batches(1, data.size))  # the end of the buffers is the end of the stream
     assert count == 1
+
+
+def test_batches_that_end_before_their_bytes_are_refused() -> None:
+    table = sample_table(1000)
+    data, _ = chunk_bytes(table, "lz4", 1000)
+    stream = BatchStream(table.schema.serialize(), [data], use_threads=False)
+    with pytest.raises(pa.ArrowInvalid, match=f"end at byte {data.size} of the messages"):
+        list(stream.batches(1, data.size + 8))
 
 
 def test_chained_buffers_serve_reads_across_parts() -> None:

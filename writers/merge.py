@@ -23,7 +23,7 @@ import numpy as np
 import pyarrow as pa
 
 from arrowshuffle.format.arrow_types import empty_batch
-from arrowshuffle.format.chunks import THREADED_DECODE_MIN_BODY, check_chunk_crc, decode_chunk
+from arrowshuffle.format.chunks import check_chunk_crc, decode_chunk, decodes_on_threads
 from arrowshuffle.format.crc import crc32c
 from arrowshuffle.format.errors import (
     CorruptFileError,
@@ -44,7 +44,7 @@ from arrowshuffle.format.ipc_file import (
     split_file_tail,
     walk_messages,
 )
-from arrowshuffle.format.ipc_stream import open_batch_stream
+from arrowshuffle.format.ipc_stream import BatchStream
 from arrowshuffle.format.manifest import ManifestFile
 from arrowshuffle.format.manifest_rules import (
     check_file_agrees,
@@ -367,23 +367,22 @@ class _GroupWriter:
         if self._schema_message is None:
             self._schema_message = self.schema.serialize()
         size = sum(p.data.size for p in pieces)
-        threshold = THREADED_DECODE_MIN_BODY.get(self.codec)
-        large = threshold is not None and size >= threshold * sum(p.batches for p in pieces)
+        mean_body = size / max(1, sum(p.batches for p in pieces))
         batches: list[pa.RecordBatch] | None = None
         # On failure, each chunk alone says what is wrong (below).
-        with contextlib.suppress(pa.ArrowException, OSError, EOFError, StopIteration):
-            stream, chained = open_batch_stream(
-                self._schema_message, [p.data for p in pieces], use_threads=large
+        with contextlib.suppress(pa.ArrowException, OSError, EOFError):
+            stream = BatchStream(
+                self._schema_message,
+                [p.data for p in pieces],
+                use_threads=decodes_on_threads(self.codec, mean_body),
             )
             decoded: list[pa.RecordBatch] = []
-            end = self._schema_message.size
+            end = 0
             for p in pieces:
-                decoded.extend([stream.read_next_batch() for _ in range(p.batches)])
+                # Each chunk's declared batches must end with its bytes: otherwise a batch
+                # boundary moved between chunks, or bytes trail a chunk's batches.
                 end += p.data.size
-                if chained.tell() != end:
-                    # The declared batches end elsewhere than the chunk's bytes: a batch
-                    # boundary moved between chunks, or bytes trail a chunk's batches.
-                    raise pa.ArrowInvalid(f"{p.where()}: its batches do not end with its bytes")
+                decoded.extend(stream.batches(p.batches, end))
             batches = decoded
         counts = np.array([p.batches for p in pieces], dtype=np.int64)
         if batches is not None and len(batches) == counts.sum() and (counts > 0).all():
