@@ -14,7 +14,7 @@ from arrowshuffle.format.ipc_file import (
     split_file_tail,
     walk_messages,
 )
-from arrowshuffle.writers.merge import ipc_file_frame
+from arrowshuffle.writers.ipc_output import ipc_file_frame
 
 SCHEMA = pa.schema([("a", pa.int64()), ("s", pa.string())])
 

@@ -1,8 +1,9 @@
-"""The writer's default compression, its sink and the pieces of its copy-light write path."""
+"""The writer's default compression, its encoder and file output, and its copy-light write path."""
 
 from __future__ import annotations
 
 import io
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -13,9 +14,11 @@ import pytest
 
 import arrowshuffle as ash
 from arrowshuffle.format import parallel as _threads
+from arrowshuffle.format.crc import crc32c_combine
 from arrowshuffle.spark.options import parse_write_options
 from arrowshuffle.writers.file_writer import DEFAULT_COMPRESSION
-from arrowshuffle.writers.sink import SMALL_WRITE, ChecksummingSink
+from arrowshuffle.writers.ipc_output import BatchEncoder, IpcFileWriter
+from arrowshuffle.writers.sink import SMALL_WRITE, write_all
 from arrowshuffle.writers.sort_buffer import SortBuffer, batch_groups, combine_ahead
 
 SCHEMA = pa.schema([("key", pa.int64()), ("name", pa.string())])
@@ -99,22 +102,77 @@ class Recorder(io.RawIOBase):
         return b"".join(bytes(memoryview(c)) for c in self.calls)
 
 
-def test_sink_gathers_small_writes_and_passes_large_buffers_whole() -> None:
+@pytest.mark.parametrize("compression", ["none", "lz4", "zstd"])
+def test_encoded_batches_make_a_file_pyarrow_reads_with_their_checksums(
+    compression: str,
+) -> None:
+    batches = [table(rows, seed=rows).to_batches()[0] for rows in (100_000, 1, 7_000)]
+    batches.insert(1, pa.RecordBatch.from_pylist([], schema=SCHEMA))
+    encoder = BatchEncoder(SCHEMA, compression)
     raw = Recorder()
-    sink = ChecksummingSink(raw)
-    big = pa.py_buffer(np.arange(SMALL_WRITE, dtype=np.uint8).tobytes())
-    pieces: list[Any] = [b"head", b"er", big, b"tail", b"!"]
-    sink.begin_chunk(3)
-    for piece in pieces:
-        sink.write(piece)
-    # The two small writes went out together, right before the large buffer, itself not copied.
-    assert len(raw.calls) == 2 and bytes(raw.calls[0]) == b"header"
-    assert raw.calls[1] is big
-    sink.flush()
-    expected = b"".join(bytes(memoryview(p)) for p in pieces)
-    assert raw.content() == expected
-    assert sink.position == sink.tell() == len(expected)
-    assert sink.chunk_crc32c == google_crc32c.value(expected[3:])
+    out = IpcFileWriter(raw, SCHEMA, {b"k": b"v"})
+    crc = 0
+    start = out.position
+    for batch in batches:
+        encoded = encoder.encode(batch)
+        assert encoded.rows == batch.num_rows
+        message = b"".join(bytes(memoryview(p).cast("B")) for p in encoded.pieces)
+        assert len(message) == encoded.length
+        assert encoded.crc32c == google_crc32c.value(message)
+        assert message[:4] == b"\xff\xff\xff\xff"
+        assert pa.ipc.read_message(pa.py_buffer(message)).metadata.size + 8 <= encoded.meta_length
+        crc = crc32c_combine(crc, encoded.crc32c, encoded.length)
+        out.write(encoded)
+    end = out.position
+    size = out.close()
+    data = raw.content()
+    assert size == len(data) == out.position and out.batches == len(batches)
+    # The messages' checksums combine into the checksum of their bytes in the file.
+    assert crc == google_crc32c.value(data[start:end])
+    reader = pa.ipc.open_file(pa.py_buffer(data))
+    assert reader.metadata == {b"k": b"v"}
+    assert reader.num_record_batches == len(batches)
+    assert reader.read_all().equals(pa.Table.from_batches(batches, schema=SCHEMA))
+
+
+def test_the_file_output_passes_body_buffers_whole_and_gathers_small_writes() -> None:
+    batch = table(50_000).to_batches()[0]
+    encoded = BatchEncoder(SCHEMA, "none").encode(batch)
+    raw = Recorder()
+    out = IpcFileWriter(raw, SCHEMA, {})
+    before = len(raw.calls)
+    out.write(encoded)
+    calls = raw.calls[before:]
+    # The prefix and metadata go out as one small write; the body buffers are not copied.
+    assert len(calls) == len(encoded.pieces) and len(bytes(calls[0])) < SMALL_WRITE
+    assert any(isinstance(c, pa.Buffer) for c in calls)
+    big = [c for c in calls if memoryview(c).nbytes >= SMALL_WRITE]
+    assert big and all(c is p for c, p in zip(calls, encoded.pieces, strict=True))
+
+
+def test_an_encoder_that_failed_encodes_the_next_batch_alone() -> None:
+    encoder = BatchEncoder(SCHEMA, "none")
+    good = table(10).to_batches()[0]
+    expected = encoder.encode(good)
+    with pytest.raises(pa.ArrowInvalid):
+        encoder.encode(pa.record_batch({"other": [1, 2]}))
+    again = encoder.encode(good)
+    assert again.length == expected.length and again.crc32c == expected.crc32c
+
+
+def test_encoders_on_several_threads_give_the_bytes_of_one() -> None:
+    from concurrent.futures import ThreadPoolExecutor
+
+    batches = [table(5_000, seed=i).to_batches()[0] for i in range(16)]
+    encoder = BatchEncoder(SCHEMA, "zstd")
+    alone = [encoder.encode(b) for b in batches]
+    with ThreadPoolExecutor(4) as pool:
+        threaded = list(pool.map(BatchEncoder(SCHEMA, "zstd").encode, batches))
+
+    def joined(e: Any) -> bytes:
+        return b"".join(bytes(memoryview(p).cast("B")) for p in e.pieces)
+
+    assert [joined(e) for e in threaded] == [joined(e) for e in alone]
 
 
 def test_a_one_subpartition_file_reads_back_whole_with_pyarrow(tmp_path: Path) -> None:
@@ -163,14 +221,22 @@ def test_combine_ahead_yields_each_group_in_order(
     monkeypatch: pytest.MonkeyPatch, threads: int
 ) -> None:
     monkeypatch.setenv(_threads.NUM_THREADS_ENV, str(threads))
+    monkeypatch.setattr("arrowshuffle.writers.sort_buffer.MIN_ROWS_PER_THREAD", 100)
     whole = pa.record_batch({"n": np.arange(1000)})
     slices = [whole.slice(start, 37) for start in range(0, 1000, 37)]
     groups = batch_groups(slices, 100)
     assert [sum(p.num_rows for p in g) for g in groups] == [100] * 10
-    out = list(combine_ahead(groups))
-    assert [b.num_rows for b in out] == [100] * 10
-    assert pa.Table.from_batches(out).column("n").to_pylist() == list(range(1000))
-    assert list(combine_ahead([])) == []
+
+    def finish(batch: pa.RecordBatch) -> tuple[int, pa.RecordBatch]:
+        return threading.get_ident(), batch
+
+    out = list(combine_ahead(groups, finish))
+    assert [b.num_rows for _, b in out] == [100] * 10
+    assert pa.Table.from_batches([b for _, b in out]).column("n").to_pylist() == list(range(1000))
+    # With a pool thread, groups are combined and finished there; without, here.
+    elsewhere = {t for t, _ in out} - {threading.get_ident()}
+    assert bool(elsewhere) == (threads > 1)
+    assert list(combine_ahead([], finish)) == []
 
 
 class ShortWriter(Recorder):
@@ -186,20 +252,16 @@ class ShortWriter(Recorder):
         return taken.nbytes
 
 
-def test_the_sink_writes_every_byte_to_a_file_that_takes_fewer_per_call() -> None:
+def test_the_file_output_writes_every_byte_to_a_file_that_takes_fewer_per_call() -> None:
     raw = ShortWriter(most=1000)
-    sink = ChecksummingSink(raw)
-    big = pa.py_buffer(np.arange(3 * SMALL_WRITE + 7, dtype=np.int64).tobytes())
-    pieces: list[Any] = [b"head", big, b"tail"]
-    for piece in pieces:
-        sink.write(piece)
-    sink.flush()
-    expected = b"".join(bytes(memoryview(p)) for p in pieces)
-    assert raw.content() == expected and sink.position == len(expected)
+    out = IpcFileWriter(raw, SCHEMA, {})
+    batch = table(30_000).to_batches()[0]
+    out.write(BatchEncoder(SCHEMA, "none").encode(batch))
+    assert out.close() == len(raw.content())
     assert max(len(c) for c in raw.calls) <= 1000
+    assert pa.ipc.open_file(pa.py_buffer(raw.content())).read_all().equals(pa.table(batch))
 
 
-def test_the_sink_refuses_a_file_that_takes_nothing() -> None:
-    sink = ChecksummingSink(ShortWriter(most=0))
+def test_writing_refuses_a_file_that_takes_nothing() -> None:
     with pytest.raises(OSError, match="took no bytes"):
-        sink.write(pa.py_buffer(bytes(SMALL_WRITE)))
+        write_all(ShortWriter(most=0), pa.py_buffer(bytes(SMALL_WRITE)))

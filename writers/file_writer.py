@@ -25,6 +25,7 @@ import numpy as np
 import pyarrow as pa
 
 from arrowshuffle.format.arrow_types import check_storable, has_dictionary
+from arrowshuffle.format.crc import crc32c_combine
 from arrowshuffle.format.errors import InvalidOptionError, SchemaMismatchError
 from arrowshuffle.format.index import (
     COMPRESSION_BITS,
@@ -39,6 +40,7 @@ from arrowshuffle.format.naming import INDEX_SUFFIX
 from arrowshuffle.format.notation import parse_bytes
 from arrowshuffle.format.partitioners.base import Partitioner
 from arrowshuffle.readers.storage import Location, resolve, storage_errors
+from arrowshuffle.writers.ipc_output import BatchEncoder, EncodedBatch, IpcFileWriter
 from arrowshuffle.writers.memory_pool import (
     DEFAULT_MIN_MEMORY,
     LocalMemoryPool,
@@ -46,7 +48,6 @@ from arrowshuffle.writers.memory_pool import (
     default_memory_pool,
 )
 from arrowshuffle.writers.output import AtomicOutput, remove_quietly
-from arrowshuffle.writers.sink import ChecksummingSink
 from arrowshuffle.writers.sort_buffer import SortBuffer, batch_groups, combine_ahead
 
 DEFAULT_MAX_BATCH_ROWS = 64 * 1024
@@ -240,22 +241,14 @@ class ShuffleFileWriter:
             self._memory.close()
             raise
         try:
-            self._sink = ChecksummingSink(self._data.file)
-            options = pa.ipc.IpcWriteOptions(
-                compression=None if self.compression == "none" else self.compression
+            self._file = IpcFileWriter(
+                self._data.file, self.schema, {FILE_ID_KEY: self._file_id.hex().encode()}
             )
-            self._ipc = pa.ipc.new_file(
-                pa.PythonFile(self._sink, mode="w"),
-                self.schema,
-                options=options,
-                metadata={FILE_ID_KEY: self._file_id.hex().encode()},
-            )
-            # The IPC writer writes magic, padding and the schema message before the first batch.
-            self._header_end = 8 + self.schema.serialize().size
         except BaseException:
             self._data.discard()
             self._memory.close()
             raise
+        self._encoder = BatchEncoder(self.schema, self.compression)
 
     # ------------------------------------------------------------------ writing
 
@@ -401,18 +394,16 @@ class ShuffleFileWriter:
         self._emit_region()
         self._emit_broadcast_region()
 
-    def _write_chunk(self, batches: Iterator[pa.RecordBatch], count: int) -> _Chunk:
+    def _write_chunk(self, batches: Iterator[EncodedBatch], count: int) -> _Chunk:
         """Write the next ``count`` of ``batches`` as one chunk; return its index entry."""
-        start = max(self._sink.position, self._header_end)
-        self._sink.begin_chunk(start)
-        rows = 0
+        start = self._file.position
+        rows = crc = 0
         for _ in range(count):
-            batch = next(batches)
-            self._ipc.write_batch(batch)
-            rows += batch.num_rows
-        if count == 0:
-            return start, 0, 0, 0, 0
-        return start, self._sink.position - start, rows, count, self._sink.chunk_crc32c
+            encoded = next(batches)
+            self._file.write(encoded)
+            rows += encoded.rows
+            crc = crc32c_combine(crc, encoded.crc32c, encoded.length)
+        return start, self._file.position - start, rows, count, crc
 
     def _emit_region(self) -> None:
         if not self._buffer:
@@ -423,7 +414,9 @@ class ShuffleFileWriter:
         ]
         # Output batches of the whole region, in file order: the next one is put together
         # while the current one is written.
-        batches = combine_ahead(group for _, groups in plan for group in groups)
+        batches = combine_ahead(
+            (group for _, groups in plan for group in groups), self._encoder.encode
+        )
         region_start: int | None = None
         for s, groups in plan:
             entries[s] = self._write_chunk(batches, len(groups))
@@ -431,7 +424,7 @@ class ShuffleFileWriter:
                 region_start = int(entries[s]["offset"])
         assert region_start is not None
         del plan, batches
-        self._regions.append((region_start, self._sink.position - region_start, 0))
+        self._regions.append((region_start, self._file.position - region_start, 0))
         self._entries.append(entries)
         # Only now are the buffered batches dropped: release their bytes to the pool.
         self._memory.release_all()
@@ -441,7 +434,7 @@ class ShuffleFileWriter:
             return
         ((_, slices),) = list(self._broadcast.chunks())
         groups = batch_groups(slices, self.max_batch_rows)
-        chunk = self._write_chunk(combine_ahead(groups), len(groups))
+        chunk = self._write_chunk(combine_ahead(groups, self._encoder.encode), len(groups))
         del slices, groups
         self._memory.release_all()
         entries = np.zeros(self.num_subpartitions, dtype=ENTRY_DTYPE)
@@ -469,9 +462,7 @@ class ShuffleFileWriter:
             self._emit_broadcast_region()
             # Nothing is buffered any more: the other writers of the pool may have its bytes.
             self._memory.close()
-            self._ipc.close()
-            self._sink.flush()  # the footer's small writes are still gathered in the sink
-            data_size = self._sink.position
+            data_size = self._file.close()
             region_table = np.array(
                 [(offset, length, flags, 0) for offset, length, flags in self._regions],
                 dtype=REGION_DTYPE,

@@ -5,13 +5,12 @@ holds, for each subpartition in order, that subpartition's chunks of those regio
 checked first): copied as bytes, or, when they hold many small batches, decoded and re-encoded
 as fewer, larger batches (*re-batching*, see :func:`merge_files`). The data file is framed by a
 header and a footer that pyarrow writes for the same schema, with the footer's batch Blocks
-patched to the written messages (:mod:`arrowshuffle.format.ipc_file`).
+patched to the written messages (:mod:`arrowshuffle.writers.ipc_output`).
 See :mod:`arrowshuffle.writers.compact` for planning and committing.
 """
 
 from __future__ import annotations
 
-import array
 import contextlib
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -22,9 +21,8 @@ from typing import IO, Any, Literal, NamedTuple
 import numpy as np
 import pyarrow as pa
 
-from arrowshuffle.format.arrow_types import empty_batch
 from arrowshuffle.format.chunks import check_chunk_crc, decode_chunk, decodes_on_threads
-from arrowshuffle.format.crc import crc32c
+from arrowshuffle.format.crc import crc32c, crc32c_combine
 from arrowshuffle.format.errors import (
     CorruptFileError,
     InvalidOptionError,
@@ -39,9 +37,6 @@ from arrowshuffle.format.index import (
     index_checksum,
 )
 from arrowshuffle.format.ipc_file import (
-    file_tail,
-    patch_footer_blocks,
-    split_file_tail,
     walk_messages,
 )
 from arrowshuffle.format.ipc_stream import BatchStream
@@ -60,8 +55,8 @@ from arrowshuffle.readers.proof import check_run
 from arrowshuffle.readers.source import ByteSource
 from arrowshuffle.readers.storage import Location, member
 from arrowshuffle.writers.file_writer import DEFAULT_MAX_BATCH_ROWS, WrittenFile
+from arrowshuffle.writers.ipc_output import BatchEncoder, IpcFileWriter
 from arrowshuffle.writers.output import AtomicOutput, remove_quietly
-from arrowshuffle.writers.sink import WriteOnlyStream
 
 #: Bytes of input regions a merge holds at once, by default.
 DEFAULT_MEMORY = "256MiB"
@@ -132,33 +127,6 @@ class _RegionRef:
     length: int
 
 
-class _TailSink(WriteOnlyStream):
-    """A write-only stream that keeps a file's first ``head`` bytes and, once asked, the rest.
-
-    Used for the throwaway file whose header and footer a merged file takes: the batches in
-    between are dropped as they are written, so memory stays at the footer's size.
-    """
-
-    def __init__(self, head: int) -> None:
-        self._head = head
-        self.position = 0
-        self.head = bytearray()
-        self.tail = bytearray()
-        self.capture = False
-
-    def write(self, data: Any) -> int:
-        view = memoryview(data).cast("B")
-        if len(self.head) < self._head:
-            self.head += view[: self._head - len(self.head)]
-        if self.capture:
-            self.tail += view
-        self.position += len(view)
-        return len(view)
-
-    def tell(self) -> int:
-        return self.position
-
-
 def check_rebatch(rebatch: object, batch_rows: object) -> tuple[Rebatch, int]:
     """Check the re-batching options of a merge.
 
@@ -171,28 +139,6 @@ def check_rebatch(rebatch: object, batch_rows: object) -> tuple[Rebatch, int]:
     if isinstance(batch_rows, bool) or not isinstance(batch_rows, int) or batch_rows < 1:
         raise InvalidOptionError(f"batch_rows must be a positive integer, found {batch_rows!r}")
     return ("auto" if isinstance(rebatch, str) else rebatch), batch_rows
-
-
-def ipc_file_frame(
-    schema: pa.Schema, metadata: dict[bytes, bytes], batches: int
-) -> tuple[bytes, bytes]:
-    """The header and footer pyarrow writes for an IPC file of ``batches`` record batches.
-
-    Returns:
-        ``(header, footer)``: the magic, padding and schema message that start the file, and
-        the footer flatbuffer (its record-batch Blocks still those of zero-row batches).
-    """
-    sink = _TailSink(8 + schema.serialize().size)
-    empty = empty_batch(schema)
-    writer = pa.ipc.new_file(pa.PythonFile(sink, mode="w"), schema, metadata=metadata)
-    for _ in range(batches):
-        writer.write_batch(empty)
-    # Only the end matters from here: end-of-stream marker, footer, its length, the magic
-    # (with no batch, the header too is written now, and the tail is the whole file).
-    sink.capture = True
-    writer.close()
-    footer, _ = split_file_tail(bytes(sink.tail))
-    return bytes(sink.head), footer
 
 
 def _open_inputs(
@@ -262,29 +208,13 @@ class _Piece(NamedTuple):
     where: Callable[[], str]
 
 
-class _Collector(WriteOnlyStream):
-    """A write-only stream whose bytes are taken out after each write (the encoder's sink)."""
-
-    def __init__(self) -> None:
-        self.data = bytearray()
-
-    def write(self, data: Any) -> int:
-        view = memoryview(data).cast("B")
-        self.data += view
-        return len(view)
-
-    def take(self) -> bytes:
-        out, self.data = bytes(self.data), bytearray()
-        return out
-
-
 class _GroupWriter:
     """Writes one merged data file: header, chunks (copied or re-encoded), patched footer."""
 
     def __init__(
         self,
         out: IO[bytes],
-        header: bytes,
+        metadata: dict[bytes, bytes],
         schema: pa.Schema,
         num_subpartitions: int,
         url: str,
@@ -293,11 +223,9 @@ class _GroupWriter:
         batch_rows: int = DEFAULT_BATCH_ROWS,
         codec: str = "none",
     ) -> None:
-        self._out = out
+        self.file = IpcFileWriter(out, schema, metadata)
         self.schema = schema
         self.url = url
-        self.position = 0
-        self.blocks = array.array("q")
         self.regions: list[tuple[int, int, int, int]] = []
         self.entries: list[np.ndarray] = []
         self.num_subpartitions = num_subpartitions
@@ -305,14 +233,13 @@ class _GroupWriter:
         self.rebatch = rebatch
         self.batch_rows = batch_rows
         self.codec = codec
-        self._sink: _Collector | None = None
-        self._encoder: pa.ipc.RecordBatchStreamWriter | None = None
+        self._encoder = BatchEncoder(schema, codec)
         self._schema_message: pa.Buffer | None = None
-        self._write(header)
 
-    def _write(self, data: Any) -> None:
-        self._out.write(data)
-        self.position += memoryview(data).nbytes
+    @property
+    def position(self) -> int:
+        """Bytes of the data file written so far."""
+        return self.file.position
 
     def write_run(self, pieces: Sequence[_Piece]) -> tuple[int, int, int]:
         """Append one subpartition's chunks of an output region, in order.
@@ -407,35 +334,16 @@ class _GroupWriter:
                 piece.data, self.schema, piece.batches, piece.rows, piece.where(), full=False
             )
             raise
-        position = self.position
-        for offset, meta, body in messages:
-            self.blocks.extend((position + offset, meta, body))
-        self._write(piece.data)
+        self.file.copy(piece.data, messages)
 
     def _encode(self, batches: Sequence[pa.RecordBatch], crc: int) -> int:
         """Write ``batches`` concatenated as one record-batch message; return the running CRC."""
-        if self._encoder is None:
-            self._sink = _Collector()
-            options = pa.ipc.IpcWriteOptions(
-                compression=None if self.codec == "none" else self.codec
-            )
-            self._encoder = pa.ipc.new_stream(
-                pa.PythonFile(self._sink, mode="w"), self.schema, options=options
-            )
-            # The stream starts with its schema message: written (with an empty batch) and
-            # dropped here, so that each later write leaves exactly one record-batch message.
-            self._encoder.write_batch(empty_batch(self.schema))
-            self._sink.take()
-        assert self._sink is not None
         # Whole input batches are concatenated, never sliced: a slice of a view-type column
         # would carry every data buffer the column references.
         batch = batches[0] if len(batches) == 1 else pa.concat_batches(list(batches))
-        self._encoder.write_batch(batch)
-        data = self._sink.take()
-        ((offset, meta, body),) = walk_messages(data, 1)
-        self.blocks.extend((self.position + offset, meta, body))
-        self._write(data)
-        return crc32c(data, crc)
+        encoded = self._encoder.encode(batch)
+        self.file.write(encoded)
+        return crc32c_combine(crc, encoded.crc32c, encoded.length)
 
     def add_region(self, entries: np.ndarray, start: int, broadcast: bool) -> None:
         self.regions.append((start, self.position - start, REGION_BROADCAST if broadcast else 0, 0))
@@ -550,8 +458,6 @@ def merge_files(
             (broadcast if int(region["flags"]) & REGION_BROADCAST else regular).append(ref)
     file_id = uuid.uuid4().bytes
     metadata = {FILE_ID_KEY: file_id.hex().encode()}
-    # The header does not depend on the number of batches, which re-batching learns on the way.
-    header, _ = ipc_file_frame(schema, metadata, 0)
     location = directory.child(name)
     data_out = AtomicOutput(location)
     index_out: AtomicOutput | None = None
@@ -559,7 +465,7 @@ def merge_files(
         codec = _majority_codec(inputs)
         writer = _GroupWriter(
             data_out.file,
-            header,
+            metadata,
             schema,
             num_subpartitions,
             location.url,
@@ -582,15 +488,12 @@ def merge_files(
             int(e[0]["batches"]) if flags & REGION_BROADCAST else int(e["batches"].sum())
             for e, (_, _, flags, _) in zip(writer.entries, writer.regions, strict=True)
         )
-        if len(writer.blocks) != 3 * batches:  # cannot happen once V11 and V17 hold
+        if writer.file.batches != batches:  # cannot happen once V11 and V17 hold
             raise CorruptFileError(
                 f"{location.url}: the new index declares {batches} batches, the written chunks "
-                f"hold {len(writer.blocks) // 3}"
+                f"hold {writer.file.batches}"
             )
-        blocks = np.frombuffer(writer.blocks, dtype=np.int64).reshape(-1, 3)
-        _, footer = ipc_file_frame(schema, metadata, batches)
-        data_out.file.write(file_tail(patch_footer_blocks(footer, blocks)))
-        data_size = writer.position + len(file_tail(footer))
+        data_size = writer.file.close()
         entries = (
             np.stack(writer.entries, axis=1)
             if writer.entries

@@ -7,18 +7,18 @@ rows (with ``arrowshuffle[fast]``, compiled kernels that give the same bytes fas
 goes on (with the next batch, or its own work such as assigning subpartitions), so that on
 several cores the writer sorts several batches at once; each batch stays whole. Emitting a
 region then walks subpartitions in order and gathers zero-copy slices of the buffered
-batches; :func:`combine_ahead` copies them into output batches, the next one on the pool
-while the writer writes the current one. No second copy of the buffer is ever made: peak
+batches; :func:`combine_ahead` copies them into output batches and encodes them, the next one
+on the pool while the writer writes the current one. No second copy of the buffer is ever made: peak
 memory is the buffer plus two output batches.
 """
 
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future, wait
 from dataclasses import dataclass, field
-from typing import Union
+from typing import TypeVar, Union
 
 import numpy as np
 import pyarrow as pa
@@ -34,6 +34,8 @@ MIN_ROWS_PER_THREAD = 8 * 1024
 #: Sorts waiting or running on the pool, per pool thread: more than one, so that a pool thread
 #: that finishes while the caller sorts a batch itself has the next one at hand.
 SORTS_PER_THREAD = 2
+
+_T = TypeVar("_T")
 
 #: A buffered batch: sorted, with its row count per subpartition, or being sorted.
 _Sorted = tuple[pa.RecordBatch, np.ndarray]
@@ -161,15 +163,19 @@ def batch_groups(slices: list[pa.RecordBatch], max_rows: int) -> list[list[pa.Re
     return groups
 
 
-def combine_ahead(groups: Iterable[list[pa.RecordBatch]]) -> Iterator[pa.RecordBatch]:
-    """One batch per group, in order; the next group is copied on the pool meanwhile.
+def combine_ahead(
+    groups: Iterable[list[pa.RecordBatch]], finish: Callable[[pa.RecordBatch], _T]
+) -> Iterator[_T]:
+    """``finish`` of one batch per group, in order; the next one is made on the pool meanwhile.
 
-    The caller writes one batch while the next is being put together, so copying and writing
-    overlap on two cores. At most two output batches exist at a time.
+    Each group's pieces are concatenated into one batch and ``finish`` (the writer's encoder)
+    is applied to it. The caller writes one result while the next is being made, so copying,
+    encoding and writing overlap on two cores; at most two results exist at a time. Groups of
+    fewer than :data:`MIN_ROWS_PER_THREAD` rows are made on the calling thread.
     """
-    ahead: pa.RecordBatch | Future[pa.RecordBatch] | None = None
+    ahead: _T | Future[_T] | None = None
     for group in groups:
-        started = _start(group)
+        started = _start(group, finish)
         if ahead is not None:
             yield ahead.result() if isinstance(ahead, Future) else ahead
         ahead = started
@@ -177,20 +183,11 @@ def combine_ahead(groups: Iterable[list[pa.RecordBatch]]) -> Iterator[pa.RecordB
         yield ahead.result() if isinstance(ahead, Future) else ahead
 
 
-def rebatch(slices: list[pa.RecordBatch], max_rows: int) -> Iterator[pa.RecordBatch]:
-    """Regroup consecutive slices into batches of at most ``max_rows`` rows, in order.
-
-    Small slices are concatenated so that batches are large enough to compress well; a slice
-    larger than ``max_rows`` is cut.
-    """
-    return combine_ahead(batch_groups(slices, max_rows))
-
-
-def _start(group: list[pa.RecordBatch]) -> pa.RecordBatch | Future[pa.RecordBatch]:
-    if len(group) == 1:
-        return group[0]
-    future = submit(lambda: _combine(group))
-    return _combine(group) if future is None else future
+def _start(group: list[pa.RecordBatch], finish: Callable[[pa.RecordBatch], _T]) -> _T | Future[_T]:
+    future = None
+    if sum(piece.num_rows for piece in group) >= MIN_ROWS_PER_THREAD:
+        future = submit(lambda: finish(_combine(group)))
+    return finish(_combine(group)) if future is None else future
 
 
 def _combine(pieces: list[pa.RecordBatch]) -> pa.RecordBatch:
