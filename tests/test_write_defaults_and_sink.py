@@ -265,3 +265,21 @@ def test_the_file_output_writes_every_byte_to_a_file_that_takes_fewer_per_call()
 def test_writing_refuses_a_file_that_takes_nothing() -> None:
     with pytest.raises(OSError, match="took no bytes"):
         write_all(ShortWriter(most=0), pa.py_buffer(bytes(SMALL_WRITE)))
+
+
+@pytest.mark.parametrize(
+    ("ids", "bad"),
+    [
+        (np.array([0, -1, 2], np.int32), -1),
+        (np.array([0, 5, 2], np.int64), 5),
+        (np.array([3, 4], np.uint8), 4),
+        (np.array([0, -3], ">i8"), -3),
+        (np.array([-(2**63), 9], np.int64), -(2**63)),
+    ],
+)
+def test_ids_outside_the_subpartitions_are_named(tmp_path: Path, ids: np.ndarray, bad: int) -> None:
+    writer = ash.ShuffleFileWriter(tmp_path / "w.arrow", SCHEMA, 4)
+    with pytest.raises(ash.InvalidOptionError, match=rf"id {bad} is outside \[0, 4\)"):
+        writer.write(table(len(ids)), subpartitions=ids)
+    writer.write(table(2), subpartitions=np.array([1, 3], ">i4"))  # big-endian ids in range
+    assert writer.close().rows == 2

@@ -378,9 +378,11 @@ class ShuffleFileWriter:
             return np.zeros(0, dtype=np.int64)  # np.asarray([]) is float64: any empty list will do
         if ids.dtype.kind not in "iu":
             raise InvalidOptionError(f"subpartition ids must be integers, found dtype {ids.dtype}")
-        low, high = int(ids.min()), int(ids.max())
-        if low < 0 or high >= self.num_subpartitions:
-            bad = low if low < 0 else high
+        # One pass over the ids, not two: as unsigned integers, negative ids are the largest.
+        unsigned = ids if ids.dtype.kind == "u" else ids.view(ids.dtype.str.replace("i", "u"))
+        if int(unsigned.max()) >= self.num_subpartitions:
+            low = int(ids.min())
+            bad = low if low < 0 else int(ids.max())
             raise InvalidOptionError(
                 f"subpartition id {bad} is outside [0, {self.num_subpartitions})"
             )
