@@ -2,10 +2,8 @@
 
 Pure functions (bytes in, bytes out, no IO). They let a writer copy record-batch messages from
 one Arrow IPC file into another without decoding them: :func:`walk_messages` finds where each
-message starts and how long its metadata and body are, and :func:`patch_footer_blocks` puts
-those places into a footer that pyarrow wrote for the same schema and the same number of
-batches. A footer's ``recordBatches`` vector holds fixed-size ``Block`` structs inline, so
-replacing their values changes no other byte and no length of the footer.
+message starts and how long its metadata and body are, and :func:`footer_with_blocks` lists
+those places in a footer that pyarrow wrote for the same schema and no batch.
 
 Layout facts used here (Arrow columnar format, "IPC File Format" and ``File.fbs``):
 
@@ -25,7 +23,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from arrowshuffle.format.errors import CorruptFileError, InvalidOptionError
+from arrowshuffle.format.errors import CorruptFileError
 
 ARROW_MAGIC = b"ARROW1"
 CONTINUATION = 0xFFFFFFFF
@@ -150,32 +148,43 @@ def footer_blocks_range(footer: bytes | memoryview) -> tuple[int, int]:
     return start, stop
 
 
-def patch_footer_blocks(
-    footer: bytes, blocks: np.ndarray | Sequence[tuple[int, int, int]]
-) -> bytes:
-    """``footer`` with its record-batch Blocks replaced by ``blocks``.
+def footer_with_blocks(footer: bytes, blocks: np.ndarray | Sequence[tuple[int, int, int]]) -> bytes:
+    """``footer`` listing ``blocks`` as its record batches, whatever it listed before.
+
+    The Block vector is appended after the footer's bytes and the ``recordBatches`` field is
+    pointed at it: a flatbuffer offset points forward, which an appended vector is, and the
+    vector it listed before stays behind, unreferenced. So a footer written once for no batch
+    serves any number of them, at the cost of the blocks alone.
 
     Args:
-        footer: a footer flatbuffer listing exactly ``len(blocks)`` record batches.
+        footer: a footer flatbuffer with a ``recordBatches`` field (pyarrow writes one, empty
+            for a file without batches).
         blocks: ``(offset, meta_length, body_length)`` rows, absolute file offsets, in file
             order (an ``(n, 3)`` integer array or a sequence of triples).
 
     Raises:
-        InvalidOptionError: the footer lists another number of record batches.
+        CorruptFileError: ``footer`` is not a footer flatbuffer with that field.
     """
-    start, stop = footer_blocks_range(footer)
+    size = len(footer)
+    root = _U32.unpack_from(footer, 0)[0] if size >= 4 else -1
+    field = _field_position(footer, root, _FOOTER_RECORD_BATCHES, size)
+    if field is None or field > size - 4:
+        raise CorruptFileError("the footer has no recordBatches field to list the blocks in")
     rows = np.asarray(blocks, dtype=np.int64).reshape(-1, 3)
-    count = (stop - start) // BLOCK_DTYPE.itemsize
-    if count != len(rows):
-        raise InvalidOptionError(
-            f"the footer lists {count} record batches, {len(rows)} blocks were given"
-        )
+    start, stop = footer_blocks_range(footer)
+    if not len(rows) and start == stop:
+        return footer  # it lists no batch already
     structs = np.zeros(len(rows), dtype=BLOCK_DTYPE)
     structs["offset"] = rows[:, 0]
     structs["meta_length"] = rows[:, 1]
     structs["body_length"] = rows[:, 2]
+    # The structs hold 8-byte integers: they start 8-byte aligned, after the vector's length.
+    vector = size + (-(size + 4)) % 8
     out = bytearray(footer)
-    out[start:stop] = structs.tobytes()
+    out += bytes(vector - size)
+    out += _U32.pack(len(rows))
+    out += structs.tobytes()
+    _U32.pack_into(out, field, vector - field)
     return bytes(out)
 
 

@@ -10,7 +10,7 @@ from arrowshuffle.format.errors import CorruptFileError
 from arrowshuffle.format.ipc_file import (
     file_tail,
     footer_blocks_range,
-    patch_footer_blocks,
+    footer_with_blocks,
     split_file_tail,
     walk_messages,
 )
@@ -45,9 +45,9 @@ def test_copied_messages_make_a_valid_file(compression):
     assert found[0][0] == 0
     assert sum(m + b for _, m, b in found) == len(chunk)
     metadata = {b"k": b"v"}
-    header, footer = ipc_file_frame(SCHEMA, metadata, len(batches))
+    header, footer = ipc_file_frame(SCHEMA, metadata)
     blocks = np.array([(len(header) + o, m, b) for o, m, b in found], dtype=np.int64)
-    data = header + chunk + file_tail(patch_footer_blocks(footer, blocks))
+    data = header + chunk + file_tail(footer_with_blocks(footer, blocks))
     reader = pa.ipc.open_file(pa.py_buffer(data))
     assert reader.num_record_batches == len(batches)
     assert reader.metadata == metadata
@@ -55,16 +55,30 @@ def test_copied_messages_make_a_valid_file(compression):
 
 
 def test_footer_of_no_batch():
-    header, footer = ipc_file_frame(SCHEMA, {}, 0)
+    header, footer = ipc_file_frame(SCHEMA, {})
     assert footer_blocks_range(footer)[1] - footer_blocks_range(footer)[0] == 0
-    data = header + file_tail(patch_footer_blocks(footer, np.zeros((0, 3), dtype=np.int64)))
+    data = header + file_tail(footer_with_blocks(footer, np.zeros((0, 3), dtype=np.int64)))
     assert pa.ipc.open_file(pa.py_buffer(data)).read_all().num_rows == 0
 
 
-def test_patch_refuses_another_count():
-    _, footer = ipc_file_frame(SCHEMA, {}, 2)
-    with pytest.raises(ValueError, match="lists 2 record batches, 1"):
-        patch_footer_blocks(footer, [(8, 16, 0)])
+def test_listing_blocks_again_replaces_those_listed_and_keeps_them_aligned():
+    header, footer = ipc_file_frame(SCHEMA, {})
+    batches = [_batch(0, 4), _batch(4, 2)]
+    chunk = _messages(batches, None)
+    blocks = [(len(header) + o, m, b) for o, m, b in walk_messages(chunk, expected=2)]
+    once = footer_with_blocks(footer, blocks[:1])
+    twice = footer_with_blocks(once, blocks)
+    start, stop = footer_blocks_range(twice)
+    assert (stop - start) // 24 == 2 and start % 8 == 0
+    table = pa.ipc.open_file(pa.py_buffer(header + chunk + file_tail(twice))).read_all()
+    assert table.equals(pa.Table.from_batches(batches))
+
+
+def test_listing_blocks_refuses_bytes_that_are_no_footer():
+    with pytest.raises(CorruptFileError):
+        footer_with_blocks(b"\x00" * 3, [(8, 16, 0)])
+    with pytest.raises(CorruptFileError):
+        footer_with_blocks(b"\xff" * 64, [(8, 16, 0)])
 
 
 def test_walk_refuses_broken_chunks():

@@ -136,18 +136,26 @@ def test_encoded_batches_make_a_file_pyarrow_reads_with_their_checksums(
 
 
 def test_the_file_output_passes_body_buffers_whole_and_gathers_small_writes() -> None:
-    batch = table(50_000).to_batches()[0]
-    encoded = BatchEncoder(SCHEMA, "none").encode(batch)
+    encoder = BatchEncoder(SCHEMA, "none")
+    tiny = [encoder.encode(table(3, seed=i).to_batches()[0]) for i in range(5)]
+    big = encoder.encode(table(50_000).to_batches()[0])
     raw = Recorder()
     out = IpcFileWriter(raw, SCHEMA, {})
-    before = len(raw.calls)
-    out.write(encoded)
-    calls = raw.calls[before:]
-    # The prefix and metadata go out as one small write; the body buffers are not copied.
-    assert len(calls) == len(encoded.pieces) and len(bytes(calls[0])) < SMALL_WRITE
-    assert any(isinstance(c, pa.Buffer) for c in calls)
-    big = [c for c in calls if memoryview(c).nbytes >= SMALL_WRITE]
-    assert big and all(c is p for c, p in zip(calls, encoded.pieces, strict=True))
+    for encoded in tiny:
+        out.write(encoded)
+    assert raw.calls == []  # the header and five small messages wait for something large
+    out.write(big)
+    small = [p for p in big.pieces if memoryview(p).nbytes < SMALL_WRITE]
+    large = [p for p in big.pieces if memoryview(p).nbytes >= SMALL_WRITE]
+    assert large and all(isinstance(p, pa.Buffer) for p in large)
+    # One write for everything small before the first large buffer, then that buffer itself.
+    first_large = next(i for i, p in enumerate(big.pieces) if p is large[0])
+    assert raw.calls[1] is large[0]
+    assert bytes(raw.calls[0]).endswith(b"".join(bytes(p) for p in big.pieces[:first_large]))
+    assert all(any(c is p for c in raw.calls) for p in large)
+    size = out.close()
+    assert size == len(raw.content()) and len(small) >= 1
+    assert pa.ipc.open_file(pa.py_buffer(raw.content())).num_record_batches == 6
 
 
 def test_an_encoder_that_failed_encodes_the_next_batch_alone() -> None:
@@ -283,3 +291,49 @@ def test_ids_outside_the_subpartitions_are_named(tmp_path: Path, ids: np.ndarray
         writer.write(table(len(ids)), subpartitions=ids)
     writer.write(table(2), subpartitions=np.array([1, 3], ">i4"))  # big-endian ids in range
     assert writer.close().rows == 2
+
+
+class FullDisk:
+    """A data file whose ``fail_at``-th write raises ENOSPC, as a full disk does."""
+
+    def __init__(self, file: Any) -> None:
+        self.file = file
+        self.calls = 0
+        self.fail_at: int | None = None
+
+    def write(self, data: Any) -> int:
+        self.calls += 1
+        if self.calls == self.fail_at:
+            raise OSError(28, "No space left on device")
+        return self.file.write(data)  # type: ignore[no-any-return]
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.file, name)
+
+
+@pytest.mark.parametrize("broadcast", [False, True])
+def test_a_region_that_failed_to_write_aborts_the_writer_and_publishes_nothing(
+    tmp_path: Path, broadcast: bool
+) -> None:
+    path = tmp_path / "w.arrow"
+    data = table(200_000)
+    ids = np.arange(data.num_rows) % 4
+    writer = ash.ShuffleFileWriter(path, SCHEMA, 4, compression="none", max_batch_rows=50_000)
+    disk = FullDisk(writer._data.file)
+    writer._data.file = disk
+    writer._file._out = disk
+    writer.write(data, subpartitions=ids)
+    writer.flush_region()  # a whole region on disk
+    disk.fail_at = disk.calls + 3  # part of the next one
+    with pytest.raises(OSError, match="No space left"):
+        if broadcast:
+            writer.write_broadcast(data)
+        else:
+            writer.write(data, subpartitions=ids)
+        writer.flush_region()
+    # The region's rows are lost: nothing more is taken and nothing is published.
+    with pytest.raises(ash.InvalidOptionError, match="aborted when writing a region failed"):
+        writer.write(data, subpartitions=ids)
+    with pytest.raises(ash.InvalidOptionError, match="No space left"):
+        writer.close()
+    assert list(tmp_path.iterdir()) == []

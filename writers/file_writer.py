@@ -11,6 +11,7 @@ their final names only when the writer closes without error.
 from __future__ import annotations
 
 import base64
+import contextlib
 import dataclasses
 import json
 import os
@@ -25,7 +26,6 @@ import numpy as np
 import pyarrow as pa
 
 from arrowshuffle.format.arrow_types import check_storable, has_dictionary
-from arrowshuffle.format.crc import crc32c_combine
 from arrowshuffle.format.errors import InvalidOptionError, SchemaMismatchError
 from arrowshuffle.format.index import (
     COMPRESSION_BITS,
@@ -229,6 +229,7 @@ class ShuffleFileWriter:
         self._entries: list[np.ndarray] = []  # one (num_subpartitions,) array per region
         self._rows = 0
         self._closed = False
+        self._failure: BaseException | None = None
         #: What :meth:`close` published (set once the writer has closed cleanly).
         self.written: WrittenFile | None = None
         self._memory = _local_pool(memory, memory_pool)
@@ -404,12 +405,31 @@ class ShuffleFileWriter:
             encoded = next(batches)
             self._file.write(encoded)
             rows += encoded.rows
-            crc = crc32c_combine(crc, encoded.crc32c, encoded.length)
+            crc = encoded.continue_crc32c(crc)
         return start, self._file.position - start, rows, count, crc
+
+    @contextlib.contextmanager
+    def _aborted_on_error(self) -> Iterator[None]:
+        """A region that failed part-way leaves the data file unusable: abort the writer.
+
+        Its rows are lost and the file holds part of a region, so nothing may be published:
+        later calls raise, naming the error (close() discards on its own).
+        """
+        try:
+            yield
+        except BaseException as exc:
+            if not self._closed:
+                self._failure = exc
+                self.abort()
+            raise
 
     def _emit_region(self) -> None:
         if not self._buffer:
             return
+        with self._aborted_on_error():
+            self._write_region()
+
+    def _write_region(self) -> None:
         entries = np.zeros(self.num_subpartitions, dtype=ENTRY_DTYPE)
         plan = [
             (s, batch_groups(slices, self.max_batch_rows)) for s, slices in self._buffer.chunks()
@@ -434,6 +454,10 @@ class ShuffleFileWriter:
     def _emit_broadcast_region(self) -> None:
         if not self._broadcast:
             return
+        with self._aborted_on_error():
+            self._write_broadcast_region()
+
+    def _write_broadcast_region(self) -> None:
         ((_, slices),) = list(self._broadcast.chunks())
         groups = batch_groups(slices, self.max_batch_rows)
         chunk = self._write_chunk(combine_ahead(groups, self._encoder.encode), len(groups))
@@ -447,6 +471,11 @@ class ShuffleFileWriter:
     # ------------------------------------------------------------------ closing
 
     def _check_open(self) -> None:
+        if self._failure is not None:
+            raise InvalidOptionError(
+                f"the writer was aborted when writing a region failed ({self._failure!r}); "
+                "nothing was published"
+            )
         if self._closed:
             raise InvalidOptionError("the writer is closed")
 

@@ -1,8 +1,8 @@
 """Arrow IPC data files written message by message.
 
 A data file is the header pyarrow writes for its schema (magic, padding, schema message), the
-record-batch messages, then the footer pyarrow writes for the same schema and number of
-batches with its Blocks patched to where the messages are (:mod:`arrowshuffle.format.ipc_file`).
+record-batch messages, then the footer pyarrow writes for the same schema, made to list where
+the messages are (:func:`~arrowshuffle.format.ipc_file.footer_with_blocks`).
 
 Messages are encoded apart from the file, on any thread (:class:`BatchEncoder`), and their
 CRC32C is computed there while their bytes are in cache: the thread that owns the file only
@@ -22,15 +22,14 @@ import numpy as np
 import pyarrow as pa
 
 from arrowshuffle.format.arrow_types import empty_batch
-from arrowshuffle.format.crc import crc32c
-from arrowshuffle.format.ipc_file import (
-    file_tail,
-    patch_footer_blocks,
-    split_file_tail,
-)
+from arrowshuffle.format.crc import crc32c, crc32c_combine
+from arrowshuffle.format.ipc_file import file_tail, footer_with_blocks, split_file_tail
 from arrowshuffle.writers.sink import SMALL_WRITE, WriteOnlyStream, write_all
 
 _PREFIX = struct.Struct("<Ii")  # continuation, metadata length
+#: Messages at least this long have their checksum combined into a chunk's; shorter ones are
+#: checksummed again, which costs less than combining (tens of microseconds in Python).
+COMBINE_FROM = 256 * 1024
 
 
 class EncodedBatch(NamedTuple):
@@ -46,20 +45,32 @@ class EncodedBatch(NamedTuple):
     crc32c: int
     rows: int
 
+    def continue_crc32c(self, crc: int) -> int:
+        """The CRC32C of the bytes ``crc`` covers followed by this message."""
+        if crc == 0:
+            return self.crc32c  # nothing before, or bytes whose checksum is zero: the same
+        if self.length < COMBINE_FROM:
+            for piece in self.pieces:
+                crc = crc32c(piece, crc)
+            return crc
+        return crc32c_combine(crc, self.crc32c, self.length)
+
 
 class _Collector(WriteOnlyStream):
-    """The encoder's sink: small writes are gathered, body buffers kept (not copied)."""
+    """The encoder's sink: small writes are gathered, body buffers kept (not copied).
+
+    A message starts with its prefix, a small write: the first piece taken is always gathered
+    bytes that hold it.
+    """
 
     def __init__(self) -> None:
         self._pieces: list[Any] = []
         self._small = bytearray()
-        self._crc = 0
         self._length = 0
 
     def write(self, data: Any) -> int:
         view = memoryview(data)
         n = view.nbytes
-        self._crc = crc32c(data, self._crc)
         self._length += n
         if n < SMALL_WRITE:
             self._small += view
@@ -74,15 +85,17 @@ class _Collector(WriteOnlyStream):
             self._small = bytearray()
 
     def take(self, rows: int) -> EncodedBatch:
-        """The message written since the last call."""
+        """The message written since the last call, checksummed (its bytes are in cache)."""
         self._gather()
         pieces, self._pieces = tuple(self._pieces), []
-        head = b"".join(bytes(memoryview(p).cast("B")[: _PREFIX.size]) for p in pieces[:2])
-        marker, meta = _PREFIX.unpack_from(head)
+        marker, meta = _PREFIX.unpack_from(pieces[0])
         if marker != 0xFFFFFFFF:  # cannot happen: pyarrow writes the continuation marker
             raise AssertionError("an encoded message does not start with a continuation")
-        encoded = EncodedBatch(pieces, self._length, _PREFIX.size + meta, self._crc, rows)
-        self._crc = self._length = 0
+        crc = 0
+        for piece in pieces:
+            crc = crc32c(piece, crc)
+        encoded = EncodedBatch(pieces, self._length, _PREFIX.size + meta, crc, rows)
+        self._length = 0
         return encoded
 
 
@@ -116,18 +129,17 @@ class BatchEncoder:
         sink, writer = state
         try:
             writer.write_batch(batch)
+            return sink.take(batch.num_rows)
         except BaseException:
             # Part of a message may be in the sink: this thread starts afresh next time.
             self._local.state = None
             raise
-        return sink.take(batch.num_rows)
 
 
 class _TailSink(WriteOnlyStream):
     """A write-only stream that keeps a file's first ``head`` bytes and, once asked, the rest.
 
-    Used for the throwaway file whose header and footer a data file takes: the batches in
-    between are dropped as they are written, so memory stays at the footer's size.
+    Used for the throwaway file whose header and footer a data file takes.
     """
 
     def __init__(self, head: int) -> None:
@@ -150,22 +162,17 @@ class _TailSink(WriteOnlyStream):
         return self.position
 
 
-def ipc_file_frame(
-    schema: pa.Schema, metadata: dict[bytes, bytes], batches: int
-) -> tuple[bytes, bytes]:
-    """The header and footer pyarrow writes for an IPC file of ``batches`` record batches.
+def ipc_file_frame(schema: pa.Schema, metadata: dict[bytes, bytes]) -> tuple[bytes, bytes]:
+    """The header and footer pyarrow writes for an IPC file of ``schema`` without batches.
 
     Returns:
         ``(header, footer)``: the magic, padding and schema message that start the file, and
-        the footer flatbuffer (its record-batch Blocks still those of zero-row batches).
+        the footer flatbuffer (:func:`~arrowshuffle.format.ipc_file.footer_with_blocks` lists
+        the batches in it).
     """
     sink = _TailSink(8 + schema.serialize().size)
-    empty = empty_batch(schema)
     writer = pa.ipc.new_file(pa.PythonFile(sink, mode="w"), schema, metadata=metadata)
-    for _ in range(batches):
-        writer.write_batch(empty)
-    # Only the end matters from here: end-of-stream marker, footer, its length, the magic
-    # (with no batch, the header too is written now, and the tail is the whole file).
+    # Without a batch the header too is written on close: the tail is the whole file.
     sink.capture = True
     writer.close()
     footer, _ = split_file_tail(bytes(sink.tail))
@@ -175,18 +182,18 @@ def ipc_file_frame(
 class IpcFileWriter:
     """One data file written to ``out`` in order: header now, messages, footer on close.
 
-    ``out`` may take fewer bytes per call than given (an unbuffered file): every byte is
-    written (:func:`~arrowshuffle.writers.sink.write_all`). Body buffers are handed over whole,
-    without a copy.
+    Small pieces (message prefixes and metadata, small bodies) are gathered and written
+    together before the next large one; large body buffers are handed over whole, without a
+    copy. ``out`` may take fewer bytes per call than given (an unbuffered file): every byte is
+    written (:func:`~arrowshuffle.writers.sink.write_all`).
     """
 
     def __init__(self, out: IO[bytes], schema: pa.Schema, metadata: dict[bytes, bytes]) -> None:
         self._out = out
-        self._schema = schema
-        self._metadata = metadata
         self.position = 0
+        self._pending = bytearray()
         self._blocks = array.array("q")  # (offset, meta_length, body_length) per message
-        header, _ = ipc_file_frame(schema, metadata, 0)
+        header, self._footer = ipc_file_frame(schema, metadata)
         self._write(header)
 
     @property
@@ -195,26 +202,36 @@ class IpcFileWriter:
         return len(self._blocks) // 3
 
     def _write(self, data: Any) -> None:
-        write_all(self._out, data)
-        self.position += memoryview(data).nbytes
+        n = memoryview(data).nbytes
+        if n < SMALL_WRITE:
+            self._pending += memoryview(data).cast("B")
+        else:
+            self._drain()
+            write_all(self._out, data)
+        self.position += n
+
+    def _drain(self) -> None:
+        if self._pending:
+            write_all(self._out, self._pending)
+            self._pending = bytearray()
 
     def write(self, encoded: EncodedBatch) -> None:
         """Append one encoded message."""
-        body = encoded.length - encoded.meta_length
-        self._blocks.extend((self.position, encoded.meta_length, body))
+        start = self.position
         for piece in encoded.pieces:
             self._write(piece)
+        self._blocks.extend((start, encoded.meta_length, encoded.length - encoded.meta_length))
 
     def copy(self, data: Any, messages: Sequence[tuple[int, int, int]]) -> None:
         """Append ``data``, whole messages of another file: ``(offset, meta, body)`` in it."""
-        position = self.position
-        for offset, meta, body in messages:
-            self._blocks.extend((position + offset, meta, body))
+        start = self.position
         self._write(data)
+        for offset, meta, body in messages:
+            self._blocks.extend((start + offset, meta, body))
 
     def close(self) -> int:
         """Write the footer (end-of-stream marker, footer, its length, magic); return the size."""
         blocks = np.frombuffer(self._blocks, dtype=np.int64).reshape(-1, 3)
-        _, footer = ipc_file_frame(self._schema, self._metadata, len(blocks))
-        self._write(file_tail(patch_footer_blocks(footer, blocks)))
+        self._write(file_tail(footer_with_blocks(self._footer, blocks)))
+        self._drain()
         return self.position

@@ -22,7 +22,7 @@ import numpy as np
 import pyarrow as pa
 
 from arrowshuffle.format.chunks import check_chunk_crc, decode_chunk, decodes_on_threads
-from arrowshuffle.format.crc import crc32c, crc32c_combine
+from arrowshuffle.format.crc import crc32c
 from arrowshuffle.format.errors import (
     CorruptFileError,
     InvalidOptionError,
@@ -343,7 +343,7 @@ class _GroupWriter:
         batch = batches[0] if len(batches) == 1 else pa.concat_batches(list(batches))
         encoded = self._encoder.encode(batch)
         self.file.write(encoded)
-        return crc32c_combine(crc, encoded.crc32c, encoded.length)
+        return encoded.continue_crc32c(crc)
 
     def add_region(self, entries: np.ndarray, start: int, broadcast: bool) -> None:
         self.regions.append((start, self.position - start, REGION_BROADCAST if broadcast else 0, 0))
