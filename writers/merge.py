@@ -3,9 +3,8 @@
 Each output region takes consecutive input regions while their bytes fit the memory budget and
 holds, for each subpartition in order, that subpartition's chunks of those regions (CRC32C
 checked first): copied as bytes, or, when they hold many small batches, decoded and re-encoded
-as fewer, larger batches (*re-batching*, see :func:`merge_files`). The data file is framed by a
-header and a footer that pyarrow writes for the same schema, with the footer's batch Blocks
-patched to the written messages (:mod:`arrowshuffle.writers.ipc_output`).
+as fewer, larger batches (*re-batching*, see :func:`merge_files`). The data file is written
+message by message, as the shuffle writer's (:mod:`arrowshuffle.writers.ipc_output`).
 See :mod:`arrowshuffle.writers.compact` for planning and committing.
 """
 
