@@ -136,32 +136,6 @@ class BatchEncoder:
             raise
 
 
-class _TailSink(WriteOnlyStream):
-    """A write-only stream that keeps a file's first ``head`` bytes and, once asked, the rest.
-
-    Used for the throwaway file whose header and footer a data file takes.
-    """
-
-    def __init__(self, head: int) -> None:
-        self._head = head
-        self.position = 0
-        self.head = bytearray()
-        self.tail = bytearray()
-        self.capture = False
-
-    def write(self, data: Any) -> int:
-        view = memoryview(data).cast("B")
-        if len(self.head) < self._head:
-            self.head += view[: self._head - len(self.head)]
-        if self.capture:
-            self.tail += view
-        self.position += len(view)
-        return len(view)
-
-    def tell(self) -> int:
-        return self.position
-
-
 def ipc_file_frame(schema: pa.Schema, metadata: dict[bytes, bytes]) -> tuple[bytes, bytes]:
     """The header and footer pyarrow writes for an IPC file of ``schema`` without batches.
 
@@ -170,13 +144,11 @@ def ipc_file_frame(schema: pa.Schema, metadata: dict[bytes, bytes]) -> tuple[byt
         the footer flatbuffer (:func:`~arrowshuffle.format.ipc_file.footer_with_blocks` lists
         the batches in it).
     """
-    sink = _TailSink(8 + schema.serialize().size)
-    writer = pa.ipc.new_file(pa.PythonFile(sink, mode="w"), schema, metadata=metadata)
-    # Without a batch the header too is written on close: the tail is the whole file.
-    sink.capture = True
-    writer.close()
-    footer, _ = split_file_tail(bytes(sink.tail))
-    return bytes(sink.head), footer
+    sink = pa.BufferOutputStream()
+    pa.ipc.new_file(sink, schema, metadata=metadata).close()
+    data = sink.getvalue().to_pybytes()
+    footer, _ = split_file_tail(data)
+    return data[: 8 + schema.serialize().size], footer
 
 
 class IpcFileWriter:
@@ -202,9 +174,10 @@ class IpcFileWriter:
         return len(self._blocks) // 3
 
     def _write(self, data: Any) -> None:
-        n = memoryview(data).nbytes
+        view = memoryview(data)
+        n = view.nbytes
         if n < SMALL_WRITE:
-            self._pending += memoryview(data).cast("B")
+            self._pending += view.cast("B")
         else:
             self._drain()
             write_all(self._out, data)

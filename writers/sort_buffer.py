@@ -7,9 +7,9 @@ rows (with ``arrowshuffle[fast]``, compiled kernels that give the same bytes fas
 goes on (with the next batch, or its own work such as assigning subpartitions), so that on
 several cores the writer sorts several batches at once; each batch stays whole. Emitting a
 region then walks subpartitions in order and gathers zero-copy slices of the buffered
-batches; :func:`combine_ahead` copies them into output batches and encodes them, the next one
-on the pool while the writer writes the current one. No second copy of the buffer is ever made: peak
-memory is the buffer plus two output batches.
+batches; :func:`combine_ahead` copies them into output batches and encodes them, the next
+one on the pool while the writer writes the current one. No second copy of the buffer is ever
+made: peak memory is the buffer plus two output batches.
 """
 
 from __future__ import annotations
