@@ -14,6 +14,10 @@ vectorized code and no per-row Python:
   plain form (a list view as a list, a run-end encoded array decoded, an extension array as
   its storage, a dictionary decoded), at any depth. pyarrow's own cast from a list view to a
   list returns an array with one offset too few, so it is not used.
+* A slice or concatenation of a view array keeps every data buffer (or list view's values)
+  it points into whole, and the IPC writer writes them whole: a subpartition's slice of a
+  sorted batch would carry the rows of every subpartition. :func:`compact_views` rewrites such
+  an array with only the bytes its rows use, in its own type.
 * ``run_end_decode`` and ``dictionary_decode`` have no kernel for view values:
   :func:`decode_runs` and :func:`decode_dictionary` do. (A cast of a sliced run-end encoded
   array, even to its own type, drops the slice offset: callers cast only the columns that
@@ -34,11 +38,13 @@ from arrowshuffle.format.errors import SchemaMismatchError
 __all__ = [
     "check_storable",
     "child_types",
+    "compact_views",
     "decode_dictionary",
     "decode_runs",
     "empty_batch",
     "gather",
     "has_dictionary",
+    "holds_views",
     "is_plain",
     "plain_type",
     "stored_type",
@@ -244,6 +250,84 @@ def _physical_rows(arr: pa.Array, idx: np.ndarray) -> np.ndarray:
 def empty_batch(schema: pa.Schema) -> pa.RecordBatch:
     """A batch of no rows of ``schema`` (``from_pylist`` has no builder for unions)."""
     return pa.RecordBatch.from_arrays([pa.nulls(0, f.type) for f in schema], schema=schema)
+
+
+# ---------------------------------------------------------------------- compact views
+
+#: A string view stores values of at most this many bytes inside its view, not in a buffer.
+_INLINE_VIEW = 12
+#: Unused view data not worth a copy to drop.
+_SLACK = 4096
+
+
+@functools.lru_cache(maxsize=1024)
+def holds_views(t: pa.DataType) -> bool:
+    """True when ``t`` is, or holds at any depth, a string, binary or list view type."""
+    if pat.is_string_view(t) or pat.is_binary_view(t):
+        return True
+    if pat.is_list_view(t) or pat.is_large_list_view(t):
+        return True
+    return any(holds_views(c) for c in child_types(t))
+
+
+def _views_compact(arr: pa.Array) -> bool:
+    """True when a string or binary view array's data buffers hold little but its rows' bytes."""
+    held = sum(b.size for b in arr.buffers()[2:] if b is not None)
+    if held <= _SLACK:
+        return True
+    # Each view is 16 bytes and starts with its value's length (int32).
+    views = np.frombuffer(arr.buffers()[1], dtype=np.int32).reshape(-1, 4)
+    lengths = views[arr.offset : arr.offset + len(arr), 0].astype(np.int64)
+    used = int(lengths[lengths > _INLINE_VIEW].sum())
+    return bool(held <= used + used // 4 + _SLACK)
+
+
+def compact_views(arr: pa.Array) -> pa.Array:
+    """``arr`` with the same rows and type, holding only the view data its rows use.
+
+    Arrays that hold no view type, or whose views use most of their buffers, are returned as
+    they are.
+    """
+    t = arr.type
+    if not holds_views(t) or pat.is_dictionary(t):  # dictionaries are stored decoded
+        return arr
+    if pat.is_string_view(t) or pat.is_binary_view(t):
+        if _views_compact(arr):
+            return arr
+        return arr.cast(pa.large_string() if pat.is_string_view(t) else pa.large_binary()).cast(t)
+    if _is_extension(t):
+        return pa.ExtensionArray.from_storage(t, compact_views(arr.storage))
+    if pat.is_run_end_encoded(t):
+        runs = _gather_runs(arr, np.arange(len(arr), dtype=np.int64))
+        return pa.RunEndEncodedArray.from_arrays(runs.run_ends, compact_views(runs.values), type=t)
+    mask = _null_mask(arr)
+    if pat.is_list_view(t) or pat.is_large_list_view(t):
+        sizes = pc.list_value_length(arr).fill_null(0).to_numpy()
+        offsets = np.zeros(len(arr), dtype=sizes.dtype)
+        np.cumsum(sizes[:-1], out=offsets[1:])
+        values = compact_views(pc.list_flatten(arr))
+        kind = pa.LargeListViewArray if pat.is_large_list_view(t) else pa.ListViewArray
+        return kind.from_arrays(pa.array(offsets), pa.array(sizes), values, type=t, mask=mask)
+    if pat.is_struct(t):
+        children = [compact_views(arr.field(i)) for i in range(t.num_fields)]
+        return pa.StructArray.from_arrays(children, fields=list(t), mask=mask)
+    if pat.is_fixed_size_list(t):
+        size = t.list_size
+        values = compact_views(arr.values.slice(arr.offset * size, len(arr) * size))
+        return pa.FixedSizeListArray.from_arrays(values, type=t, mask=mask)
+    if pat.is_list(t) or pat.is_large_list(t) or pat.is_map(t):
+        offsets = arr.offsets.to_numpy()
+        first, used = int(offsets[0]), int(offsets[-1] - offsets[0])
+        rebased = pa.array(offsets - first)
+        if pat.is_map(t):
+            entries = arr.values
+            keys = compact_views(entries.field(0).slice(first, used))
+            items = compact_views(entries.field(1).slice(first, used))
+            return pa.MapArray.from_arrays(rebased, keys, items, type=t, mask=mask)
+        kind = pa.LargeListArray if pat.is_large_list(t) else pa.ListArray
+        values = compact_views(arr.values.slice(first, used))
+        return kind.from_arrays(rebased, values, type=t, mask=mask)
+    raise SchemaMismatchError(f"type {t} holds views that cannot be compacted")
 
 
 # ---------------------------------------------------------------------- plain forms

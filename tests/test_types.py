@@ -23,7 +23,17 @@ import pyarrow.parquet as pq
 import pytest
 
 import arrowshuffle as ash
-from arrowshuffle.format.arrow_types import gather, plain_type, take_batch, takes, to_plain
+from arrowshuffle.format.arrow_types import (
+    child_types,
+    compact_views,
+    gather,
+    holds_views,
+    plain_type,
+    take_batch,
+    takes,
+    to_plain,
+    with_child_types,
+)
 from arrowshuffle.format.errors import InvalidOptionError, SchemaMismatchError
 
 N = 30
@@ -517,3 +527,71 @@ def test_take_batch_is_take_where_take_works() -> None:
     assert take_batch(batch, order).equals(batch.take(order))
     assert not takes(pa.struct([("s", pa.string_view())]))
     assert takes(pa.list_view(pa.string_view()))  # a list view's take moves offsets only
+
+
+# ---------------------------------------------------------------------- compact views
+
+
+def _ipc_size(array: pa.Array) -> int:
+    batch = pa.RecordBatch.from_arrays([array], names=["v"])
+    return len(batch.serialize())
+
+
+@pytest.mark.parametrize("name", list(BUILDERS))
+@pytest.mark.parametrize("window", [(0, N), (37, 23), (1000, 5)])
+def test_compact_views_keeps_every_value_and_drops_unused_bytes(
+    name: str, window: tuple[int, int]
+) -> None:
+    # 200 copies concatenated: views keep each copy's buffers, more than is worth compacting.
+    array = pa.concat_arrays([BUILDERS[name]()] * 200).slice(*window)
+    compact = compact_views(array)
+    compact.validate(full=True)
+    assert compact.type == array.type
+    assert _normal(compact.to_pylist()) == _normal(array.to_pylist())
+    if not holds_views(array.type) or pa.types.is_dictionary(array.type):
+        assert compact is array
+    elif not pa.types.is_union(array.type):
+        # about as small as the same rows built afresh in offset-based types, where the slice
+        # carried all 200 copies
+        fresh = pa.array(array.to_pylist(), _offset_based(array.type))
+        assert _ipc_size(compact) <= 2 * _ipc_size(fresh) + 1024
+        assert _ipc_size(compact) <= _ipc_size(array)
+
+
+def _offset_based(t: pa.DataType) -> pa.DataType:
+    """``t`` with its view types replaced by their offset-based twins."""
+    if pa.types.is_string_view(t):
+        return pa.string()
+    if pa.types.is_binary_view(t):
+        return pa.binary()
+    children = [_offset_based(c) for c in child_types(t)]
+    if pa.types.is_list_view(t):
+        return pa.list_(t.value_field.with_type(children[0]))
+    if pa.types.is_large_list_view(t):
+        return pa.large_list(t.value_field.with_type(children[0]))
+    return with_child_types(t, children) if children else t
+
+
+@pytest.mark.parametrize(
+    "name", ["string_view", "binary_view", "large_list_view", "struct_of_views", "map_of_views"]
+)
+def test_files_of_view_columns_are_as_small_as_their_offset_based_twins(
+    tmp_path: Path, name: str
+) -> None:
+    # 64 subpartitions, batches of 1,000 rows: each subpartition's chunk is cut out of every
+    # sorted batch, whose views point into buffers that hold all the batch's rows.
+    copies = 500
+    values = pa.concat_arrays([BUILDERS[name]()] * copies)
+    table = pa.table({"i": pa.array(range(len(values)), pa.int64()), "v": values})
+    twin_type = _offset_based(values.type)
+    twin = pa.table({"i": table["i"], "v": pa.array(values.to_pylist(), twin_type)})
+    sizes = {}
+    for label, t in (("views", table), ("twin", twin)):
+        path = tmp_path / f"{label}.arrow"
+        batches = pa.RecordBatchReader.from_batches(t.schema, t.to_batches(max_chunksize=1000))
+        ash.write(batches, path, num_subpartitions=64, by="i", compression="none")
+        sizes[label] = path.stat().st_size
+        got = ash.open_file(path).read(range(64))
+        assert got.schema == t.schema
+        assert by_row(got["i"], got["v"]) == by_row(t["i"], t["v"])
+    assert sizes["views"] <= 2 * sizes["twin"], sizes  # a view is 16 bytes, an offset 4

@@ -21,7 +21,7 @@ from typing import IO, Any, NamedTuple
 import numpy as np
 import pyarrow as pa
 
-from arrowshuffle.format.arrow_types import empty_batch
+from arrowshuffle.format.arrow_types import compact_views, empty_batch, holds_views
 from arrowshuffle.format.crc import crc32c, crc32c_combine
 from arrowshuffle.format.ipc_file import file_tail, footer_with_blocks, split_file_tail
 from arrowshuffle.writers.sink import SMALL_WRITE, WriteOnlyStream, write_all
@@ -104,6 +104,8 @@ class BatchEncoder:
 
     Each thread has its own pyarrow stream writer (they are not thread-safe); its schema
     message is dropped, so that each :meth:`encode` returns exactly one record-batch message.
+    Columns that hold view types are compacted first (:func:`compact_views`): the writer
+    would otherwise write every data buffer a slice's views point into, whole.
     """
 
     def __init__(self, schema: pa.Schema, compression: str) -> None:
@@ -112,6 +114,7 @@ class BatchEncoder:
             compression=None if compression == "none" else compression
         )
         self._local = threading.local()
+        self._views = [i for i, t in enumerate(schema.types) if holds_views(t)]
 
     def encode(self, batch: pa.RecordBatch) -> EncodedBatch:
         """``batch`` as one encapsulated message, with its length and CRC32C."""
@@ -127,6 +130,8 @@ class BatchEncoder:
             sink.take(0)
             state = self._local.state = (sink, writer)
         sink, writer = state
+        for i in self._views:
+            batch = batch.set_column(i, self._schema.field(i), compact_views(batch.column(i)))
         try:
             writer.write_batch(batch)
             return sink.take(batch.num_rows)
