@@ -27,6 +27,8 @@ vectorized code and no per-row Python:
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
+from typing import TypeVar
 
 import numpy as np
 import pyarrow as pa
@@ -55,6 +57,28 @@ __all__ = [
 ]
 
 
+_R = TypeVar("_R")
+
+
+def _cached_per_type(fn: Callable[[pa.DataType], _R]) -> Callable[[pa.DataType], _R]:
+    """``fn`` with its answers cached per type, where the type can be hashed.
+
+    A subclass of ``pyarrow.ExtensionType`` compares by value but cannot be hashed (neither can
+    a type that holds one): its answer is computed afresh.
+    """
+    cached = functools.lru_cache(maxsize=1024)(fn)
+
+    @functools.wraps(fn)
+    def per_type(t: pa.DataType) -> _R:
+        try:
+            hash(t)
+        except TypeError:
+            return fn(t)
+        return cached(t)
+
+    return per_type
+
+
 def _is_extension(t: pa.DataType) -> bool:
     return isinstance(t, pa.BaseExtensionType)
 
@@ -70,18 +94,28 @@ def child_types(t: pa.DataType) -> list[pa.DataType]:
     return [t.field(i).type for i in range(t.num_fields)]
 
 
-@functools.lru_cache(maxsize=1024)
+@_cached_per_type
 def takes(t: pa.DataType) -> bool:
     """True when pyarrow's ``take`` kernel gathers arrays of type ``t``.
 
     A list view's ``take`` moves its offsets and sizes only, and a dictionary's its indices,
-    so any list view or dictionary takes.
+    so they take whatever their values, with one exception: pyarrow 26 loses the data buffers
+    of list-view values that hold an extension type over a view type.
     """
     if pat.is_string_view(t) or pat.is_binary_view(t) or pat.is_run_end_encoded(t):
         return False
-    if pat.is_list_view(t) or pat.is_large_list_view(t) or pat.is_dictionary(t):
+    if pat.is_list_view(t) or pat.is_large_list_view(t):
+        return not _extension_over_views(t.value_type)
+    if pat.is_dictionary(t):
         return True
     return all(takes(child) for child in child_types(t))
+
+
+def _extension_over_views(t: pa.DataType) -> bool:
+    """True when ``t`` holds, at any depth, an extension type whose storage holds a view."""
+    if _is_extension(t) and holds_views(t.storage_type):
+        return True
+    return any(_extension_over_views(c) for c in child_types(t))
 
 
 def has_dictionary(t: pa.DataType) -> bool:
@@ -180,6 +214,11 @@ def gather(arr: pa.Array, idx: np.ndarray) -> pa.Array:
     if pat.is_run_end_encoded(t):
         return _gather_runs(arr, idx)
     mask = _null_mask(arr, idx)
+    if pat.is_list_view(t) or pat.is_large_list_view(t):
+        # What take does: the rows' offsets and sizes move, the values stay as they are.
+        offsets, sizes = arr.offsets.to_numpy()[idx], arr.sizes.to_numpy()[idx]
+        kind = pa.LargeListViewArray if pat.is_large_list_view(t) else pa.ListViewArray
+        return kind.from_arrays(pa.array(offsets), pa.array(sizes), arr.values, type=t, mask=mask)
     if pat.is_struct(t):
         children = [gather(arr.field(i), idx) for i in range(t.num_fields)]
         return pa.StructArray.from_arrays(children, fields=list(t), mask=mask)
@@ -187,7 +226,7 @@ def gather(arr: pa.Array, idx: np.ndarray) -> pa.Array:
         size = t.list_size
         rows = (idx + arr.offset)[:, None] * size + np.arange(size, dtype=np.int64)
         values = gather(arr.values, rows.reshape(-1))
-        return pa.FixedSizeListArray.from_arrays(values, type=t, mask=mask)
+        return _fixed_size_list(values, t, len(idx), mask)
     if pat.is_list(t) or pat.is_large_list(t) or pat.is_map(t):
         offsets = arr.offsets.to_numpy()
         starts = offsets[:-1][idx]
@@ -206,6 +245,74 @@ def gather(arr: pa.Array, idx: np.ndarray) -> pa.Array:
         values = gather(arr.values, rows)
         return kind.from_arrays(pa.array(new_offsets), values, type=t, mask=mask)
     raise SchemaMismatchError(f"rows of type {t} cannot be gathered")
+
+
+def _list_view_values(arr: pa.Array) -> tuple[np.ndarray, pa.Array]:
+    """A list view's sizes (0 for a null row) and the values of its rows, in row order.
+
+    Gathered with :func:`gather`: ``list_flatten`` returns views that point past their buffers
+    when the values are an extension type over a view type.
+    """
+    sizes = pc.list_value_length(arr).fill_null(0).to_numpy()
+    starts = arr.offsets.to_numpy().astype(np.int64)
+    ends = np.cumsum(sizes, dtype=np.int64)
+    total = int(ends[-1]) if len(ends) else 0
+    rows = np.repeat(starts - (ends - sizes), sizes) + np.arange(total, dtype=np.int64)
+    return sizes, gather(arr.values, rows)
+
+
+def _compact_list_view(arr: pa.Array, mask: pa.Array | None) -> pa.Array:
+    """A list view holding only the values its rows use; values shared by rows stay shared.
+
+    The rows' value ranges are merged; the values in them are gathered in order, and each
+    row's offset moves to where its range landed.
+    """
+    t = arr.type
+    sizes = pc.list_value_length(arr).fill_null(0).to_numpy().astype(np.int64)
+    starts = arr.offsets.to_numpy().astype(np.int64)
+    live = sizes > 0
+    offsets = np.zeros(len(arr), dtype=np.int64)
+    values = arr.values.slice(0, 0)
+    if live.any():
+        order = np.argsort(starts[live], kind="stable")
+        first, last = starts[live][order], (starts + sizes)[live][order]
+        reach = np.maximum.accumulate(last)
+        opens = np.flatnonzero(np.concatenate(([True], first[1:] > reach[:-1])))
+        range_starts = first[opens]
+        range_ends = reach[np.append(opens[1:] - 1, len(first) - 1)]
+        if len(opens) == 1 and range_starts[0] == 0 and range_ends[0] == len(arr.values):
+            offsets[live], values = starts[live], arr.values  # every value is used
+        else:
+            lengths = range_ends - range_starts
+            moved_to = np.concatenate(([0], np.cumsum(lengths)[:-1]))
+            rows = np.repeat(range_starts - moved_to, lengths) + np.arange(lengths.sum())
+            which = np.searchsorted(range_starts, starts[live], side="right") - 1
+            offsets[live] = moved_to[which] + (starts[live] - range_starts[which])
+            values = gather(arr.values, rows)
+    index = np.int64 if pat.is_large_list_view(t) else np.int32
+    kind = pa.LargeListViewArray if pat.is_large_list_view(t) else pa.ListViewArray
+    return kind.from_arrays(
+        pa.array(offsets.astype(index)),
+        pa.array(sizes.astype(index)),
+        compact_views(values),
+        type=t,
+        mask=mask,
+    )
+
+
+def _fixed_size_list(
+    values: pa.Array, t: pa.DataType, rows: int, mask: pa.Array | None
+) -> pa.Array:
+    """A fixed-size list array of ``rows`` rows; ``mask`` is True where a row is null.
+
+    ``FixedSizeListArray.from_arrays`` divides by the list size: lists of size 0 are built
+    from their buffers.
+    """
+    if t.list_size:
+        return pa.FixedSizeListArray.from_arrays(values, type=t, mask=mask)
+    validity = None if mask is None else pc.invert(mask).buffers()[1]
+    nulls = 0 if mask is None else int(pc.sum(mask).as_py() or 0)
+    return pa.Array.from_buffers(t, rows, [validity], null_count=nulls, children=[values[:0]])
 
 
 def _gather_runs(arr: pa.Array, idx: np.ndarray) -> pa.Array:
@@ -260,7 +367,7 @@ _INLINE_VIEW = 12
 _SLACK = 4096
 
 
-@functools.lru_cache(maxsize=1024)
+@_cached_per_type
 def holds_views(t: pa.DataType) -> bool:
     """True when ``t`` is, or holds at any depth, a string, binary or list view type."""
     if pat.is_string_view(t) or pat.is_binary_view(t):
@@ -276,8 +383,9 @@ def _views_compact(arr: pa.Array) -> bool:
     if held <= _SLACK:
         return True
     # Each view is 16 bytes and starts with its value's length (int32).
-    views = np.frombuffer(arr.buffers()[1], dtype=np.int32).reshape(-1, 4)
-    lengths = views[arr.offset : arr.offset + len(arr), 0].astype(np.int64)
+    rows = arr.offset + len(arr)
+    views = np.frombuffer(arr.buffers()[1], dtype=np.int32, count=4 * rows).reshape(-1, 4)
+    lengths = views[arr.offset :, 0].astype(np.int64)
     used = int(lengths[lengths > _INLINE_VIEW].sum())
     return bool(held <= used + used // 4 + _SLACK)
 
@@ -294,7 +402,13 @@ def compact_views(arr: pa.Array) -> pa.Array:
     if pat.is_string_view(t) or pat.is_binary_view(t):
         if _views_compact(arr):
             return arr
-        return arr.cast(pa.large_string() if pat.is_string_view(t) else pa.large_binary()).cast(t)
+        wide = arr.cast(pa.large_string() if pat.is_string_view(t) else pa.large_binary())
+        try:
+            return wide.cast(t)
+        except pa.ArrowCapacityError:
+            return arr  # the rows' bytes exceed one view buffer (2 GiB): written as they are
+    if pat.is_union(t):
+        return arr  # check_storable refuses unions over string views; list views stay whole
     if _is_extension(t):
         return pa.ExtensionArray.from_storage(t, compact_views(arr.storage))
     if pat.is_run_end_encoded(t):
@@ -302,19 +416,14 @@ def compact_views(arr: pa.Array) -> pa.Array:
         return pa.RunEndEncodedArray.from_arrays(runs.run_ends, compact_views(runs.values), type=t)
     mask = _null_mask(arr)
     if pat.is_list_view(t) or pat.is_large_list_view(t):
-        sizes = pc.list_value_length(arr).fill_null(0).to_numpy()
-        offsets = np.zeros(len(arr), dtype=sizes.dtype)
-        np.cumsum(sizes[:-1], out=offsets[1:])
-        values = compact_views(pc.list_flatten(arr))
-        kind = pa.LargeListViewArray if pat.is_large_list_view(t) else pa.ListViewArray
-        return kind.from_arrays(pa.array(offsets), pa.array(sizes), values, type=t, mask=mask)
+        return _compact_list_view(arr, mask)
     if pat.is_struct(t):
         children = [compact_views(arr.field(i)) for i in range(t.num_fields)]
         return pa.StructArray.from_arrays(children, fields=list(t), mask=mask)
     if pat.is_fixed_size_list(t):
         size = t.list_size
         values = compact_views(arr.values.slice(arr.offset * size, len(arr) * size))
-        return pa.FixedSizeListArray.from_arrays(values, type=t, mask=mask)
+        return _fixed_size_list(values, t, len(arr), mask)
     if pat.is_list(t) or pat.is_large_list(t) or pat.is_map(t):
         offsets = arr.offsets.to_numpy()
         first, used = int(offsets[0]), int(offsets[-1] - offsets[0])
@@ -333,7 +442,7 @@ def compact_views(arr: pa.Array) -> pa.Array:
 # ---------------------------------------------------------------------- plain forms
 
 
-@functools.lru_cache(maxsize=1024)
+@_cached_per_type
 def is_plain(t: pa.DataType) -> bool:
     """True when ``t`` holds no list view, run-end encoding, extension or dictionary type."""
     if (
@@ -378,10 +487,10 @@ def to_plain(arr: pa.Array) -> pa.Array:
     mask = _null_mask(arr)
     if pat.is_list_view(t) or pat.is_large_list_view(t):
         large = pat.is_large_list_view(t)
-        sizes = pc.list_value_length(arr).fill_null(0).to_numpy()
+        sizes, flat = _list_view_values(arr)
         offsets = np.zeros(len(arr) + 1, dtype=np.int64 if large else np.int32)
         np.cumsum(sizes, out=offsets[1:])
-        values = to_plain(pc.list_flatten(arr))
+        values = to_plain(flat)
         kind = pa.LargeListArray if large else pa.ListArray
         return kind.from_arrays(pa.array(offsets), values, type=plain_type(t), mask=mask)
     if pat.is_struct(t):
@@ -391,7 +500,7 @@ def to_plain(arr: pa.Array) -> pa.Array:
     if pat.is_fixed_size_list(t):
         size = t.list_size
         values = to_plain(arr.values.slice(arr.offset * size, len(arr) * size))
-        return pa.FixedSizeListArray.from_arrays(values, type=plain_type(t), mask=mask)
+        return _fixed_size_list(values, plain_type(t), len(arr), mask)
     if pat.is_map(t):
         entries = arr.values
         keys, items = to_plain(entries.field(0)), to_plain(entries.field(1))
