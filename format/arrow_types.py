@@ -43,6 +43,7 @@ __all__ = [
     "compact_views",
     "decode_dictionary",
     "decode_runs",
+    "empty_array",
     "empty_batch",
     "gather",
     "has_dictionary",
@@ -356,7 +357,39 @@ def _physical_rows(arr: pa.Array, idx: np.ndarray) -> np.ndarray:
 
 def empty_batch(schema: pa.Schema) -> pa.RecordBatch:
     """A batch of no rows of ``schema`` (``from_pylist`` has no builder for unions)."""
-    return pa.RecordBatch.from_arrays([pa.nulls(0, f.type) for f in schema], schema=schema)
+    return pa.RecordBatch.from_arrays([empty_array(f.type) for f in schema], schema=schema)
+
+
+def empty_array(t: pa.DataType) -> pa.Array:
+    """An array of no rows of type ``t``.
+
+    Built from its children: ``pyarrow.nulls`` gives a run-end encoded child (of a struct, a
+    list...) a validity bitmap, which such an array may not have.
+    """
+    if _is_extension(t):
+        return pa.ExtensionArray.from_storage(t, empty_array(t.storage_type))
+    if pat.is_run_end_encoded(t):
+        ends = pa.array([], t.run_end_type)
+        return pa.RunEndEncodedArray.from_arrays(ends, empty_array(t.value_type), type=t)
+    if pat.is_struct(t) and t.num_fields:
+        children = [empty_array(t.field(i).type) for i in range(t.num_fields)]
+        return pa.StructArray.from_arrays(children, fields=list(t))
+    if pat.is_map(t):
+        keys, items = empty_array(t.key_type), empty_array(t.item_type)
+        return pa.MapArray.from_arrays(pa.array([0], pa.int32()), keys, items, type=t)
+    if pat.is_list(t) or pat.is_large_list(t):
+        large = pat.is_large_list(t)
+        kind = pa.LargeListArray if large else pa.ListArray
+        offsets = pa.array([0], pa.int64() if large else pa.int32())
+        return kind.from_arrays(offsets, empty_array(t.value_type), type=t)
+    if pat.is_list_view(t) or pat.is_large_list_view(t):
+        large = pat.is_large_list_view(t)
+        kind = pa.LargeListViewArray if large else pa.ListViewArray
+        index = pa.array([], pa.int64() if large else pa.int32())
+        return kind.from_arrays(index, index, empty_array(t.value_type), type=t)
+    if pat.is_fixed_size_list(t):
+        return _fixed_size_list(empty_array(t.value_type), t, 0, None)
+    return pa.nulls(0, t)  # unions, dictionaries and leaves
 
 
 # ---------------------------------------------------------------------- compact views

@@ -625,6 +625,10 @@ def _edge_columns() -> dict[str, pa.Array]:
     sizes = pa.array((np.arange(n) % 3 == 0).astype(np.int32))
     windows = np.minimum(np.arange(n, dtype=np.int32), n - 20)  # overlapping: values shared
     inner = pa.ListViewArray.from_arrays(reversed_offsets, sizes, blobs)
+    runs = pa.RunEndEncodedArray.from_arrays(
+        pa.array(np.arange(3, n + 1, 3, dtype=np.int32)),
+        pa.array([f"run-{i}" if i % 5 else None for i in range(n // 3)]),
+    )
     return {
         "tagged_int": pa.ExtensionArray.from_storage(_Tagged(pa.int64()), pa.array(range(n))),
         "tagged_view": pa.ExtensionArray.from_storage(_Tagged(pa.binary_view()), blobs),
@@ -644,6 +648,12 @@ def _edge_columns() -> dict[str, pa.Array]:
             pa.array(np.arange(n, dtype=np.int64)[::-1] // 2),
             pa.array(np.arange(n, dtype=np.int64) % 4),
             inner,
+        ),
+        "struct_of_run_end_encoded": pa.StructArray.from_arrays(
+            [runs, pa.array(range(n))], ["r", "n"], mask=pa.array(np.arange(n) % 7 == 2)
+        ),
+        "map_of_run_end_encoded": pa.MapArray.from_arrays(
+            pa.array(np.arange(n + 1, dtype=np.int32)), pa.array([f"k{i}" for i in range(n)]), runs
         ),
         "union_with_list_view": pa.UnionArray.from_dense(
             pa.array([i % 2 for i in range(n)], pa.int8()),
