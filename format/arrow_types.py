@@ -64,8 +64,8 @@ _R = TypeVar("_R")
 def _cached_per_type(fn: Callable[[pa.DataType], _R]) -> Callable[[pa.DataType], _R]:
     """``fn`` with its answers cached per type, where the type can be hashed.
 
-    A subclass of ``pyarrow.ExtensionType`` compares by value but cannot be hashed (neither can
-    a type that holds one): its answer is computed afresh.
+    A subclass of ``pyarrow.ExtensionType`` compares by value but cannot be hashed: its answer
+    is computed afresh.
     """
     cached = functools.lru_cache(maxsize=1024)(fn)
 
