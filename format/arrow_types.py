@@ -230,14 +230,8 @@ def gather(arr: pa.Array, idx: np.ndarray) -> pa.Array:
         return _fixed_size_list(values, t, len(idx), mask)
     if pat.is_list(t) or pat.is_large_list(t) or pat.is_map(t):
         offsets = arr.offsets.to_numpy()
-        starts = offsets[:-1][idx]
-        lengths = (offsets[1:] - offsets[:-1])[idx]
-        new_offsets = np.zeros(len(idx) + 1, dtype=offsets.dtype)
-        np.cumsum(lengths, out=new_offsets[1:])
-        rows = np.repeat(starts - new_offsets[:-1], lengths) + np.arange(
-            new_offsets[-1], dtype=offsets.dtype
-        )
-        rows = rows.astype(np.int64, copy=False)
+        rows, landed = _ranges(offsets[:-1][idx], (offsets[1:] - offsets[:-1])[idx])
+        new_offsets = np.append(landed, len(rows)).astype(offsets.dtype)
         if pat.is_map(t):
             entries = arr.values
             keys, items = gather(entries.field(0), rows), gather(entries.field(1), rows)
@@ -248,6 +242,20 @@ def gather(arr: pa.Array, idx: np.ndarray) -> pa.Array:
     raise SchemaMismatchError(f"rows of type {t} cannot be gathered")
 
 
+def _ranges(starts: np.ndarray, lengths: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The positions in ranges ``[start, start + length)``, one range after the other.
+
+    Returns:
+        ``(rows, landed)``: the positions (int64), and where each range begins among them.
+    """
+    lengths = lengths.astype(np.int64, copy=False)
+    landed = np.zeros(len(lengths), dtype=np.int64)
+    np.cumsum(lengths[:-1], out=landed[1:])
+    total = int(landed[-1] + lengths[-1]) if len(lengths) else 0
+    rows = np.repeat(starts.astype(np.int64) - landed, lengths) + np.arange(total, dtype=np.int64)
+    return rows, landed
+
+
 def _list_view_values(arr: pa.Array) -> tuple[np.ndarray, pa.Array]:
     """A list view's sizes (0 for a null row) and the values of its rows, in row order.
 
@@ -255,10 +263,7 @@ def _list_view_values(arr: pa.Array) -> tuple[np.ndarray, pa.Array]:
     when the values are an extension type over a view type.
     """
     sizes = pc.list_value_length(arr).fill_null(0).to_numpy()
-    starts = arr.offsets.to_numpy().astype(np.int64)
-    ends = np.cumsum(sizes, dtype=np.int64)
-    total = int(ends[-1]) if len(ends) else 0
-    rows = np.repeat(starts - (ends - sizes), sizes) + np.arange(total, dtype=np.int64)
+    rows, _ = _ranges(arr.offsets.to_numpy(), sizes)
     return sizes, gather(arr.values, rows)
 
 
@@ -284,9 +289,7 @@ def _compact_list_view(arr: pa.Array, mask: pa.Array | None) -> pa.Array:
         if len(opens) == 1 and range_starts[0] == 0 and range_ends[0] == len(arr.values):
             offsets[live], values = starts[live], arr.values  # every value is used
         else:
-            lengths = range_ends - range_starts
-            moved_to = np.concatenate(([0], np.cumsum(lengths)[:-1]))
-            rows = np.repeat(range_starts - moved_to, lengths) + np.arange(lengths.sum())
+            rows, moved_to = _ranges(range_starts, range_ends - range_starts)
             which = np.searchsorted(range_starts, starts[live], side="right") - 1
             offsets[live] = moved_to[which] + (starts[live] - range_starts[which])
             values = gather(arr.values, rows)
@@ -412,12 +415,13 @@ def holds_views(t: pa.DataType) -> bool:
 
 def _views_compact(arr: pa.Array) -> bool:
     """True when a string or binary view array's data buffers hold little but its rows' bytes."""
-    held = sum(b.size for b in arr.buffers()[2:] if b is not None)
+    _, view_buffer, *data = arr.buffers()
+    held = sum(b.size for b in data if b is not None)
     if held <= _SLACK:
         return True
     # Each view is 16 bytes and starts with its value's length (int32).
     rows = arr.offset + len(arr)
-    views = np.frombuffer(arr.buffers()[1], dtype=np.int32, count=4 * rows).reshape(-1, 4)
+    views = np.frombuffer(view_buffer, dtype=np.int32, count=4 * rows).reshape(-1, 4)
     lengths = views[arr.offset :, 0].astype(np.int64)
     used = int(lengths[lengths > _INLINE_VIEW].sum())
     return bool(held <= used + used // 4 + _SLACK)

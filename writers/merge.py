@@ -337,8 +337,8 @@ class _GroupWriter:
 
     def _encode(self, batches: Sequence[pa.RecordBatch], crc: int) -> int:
         """Write ``batches`` concatenated as one record-batch message; return the running CRC."""
-        # Whole input batches are concatenated, never sliced: a slice of a view-type column
-        # would carry every data buffer the column references.
+        # Whole input batches are concatenated, never sliced (the encoder compacts view
+        # columns either way).
         batch = batches[0] if len(batches) == 1 else pa.concat_batches(list(batches))
         encoded = self._encoder.encode(batch)
         self.file.write(encoded)
