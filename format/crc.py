@@ -1,23 +1,24 @@
-"""CRC32C (Castagnoli) over bytes-like objects, hardware accelerated where available."""
+"""CRC32C (Castagnoli) over bytes-like objects, hardware accelerated where available.
+
+The ``crc32c`` package interleaves three streams of the CPU's CRC32 instruction (about
+20 GB/s on one core, 3 to 4 times the single stream) and releases the GIL for large buffers,
+so the writer's encoding threads checksum in parallel.
+"""
 
 from __future__ import annotations
 
 from typing import Any
 
-import google_crc32c
+import crc32c as _crc32c
 
 
 def crc32c(data: Any, value: int = 0) -> int:
     """Return the CRC32C of ``data``, continuing from ``value`` (0 starts a new checksum).
 
-    ``data`` is any object with the buffer protocol. Read-only buffers (bytes, pyarrow buffers,
-    memory maps) are checksummed in place; writable ones are copied first, because the C
-    implementation only accepts read-only buffers.
+    ``data`` is any contiguous object with the buffer protocol (bytes, bytearrays, pyarrow
+    buffers, memory maps, numpy arrays), checksummed in place.
     """
-    try:
-        return int(google_crc32c.extend(value, data))
-    except TypeError:
-        return int(google_crc32c.extend(value, bytes(memoryview(data))))
+    return int(_crc32c.crc32c(data, value))
 
 
 #: The CRC32C polynomial, bit-reflected (bit 31 is the coefficient of x**0).

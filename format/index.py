@@ -291,7 +291,7 @@ def encode_index(
         crc_bytes
     )
     out[sections.entries_offset : sections.trailer_offset] = entry_bytes
-    meta_crc = crc32c(bytes(out[HEADER_SIZE : sections.entries_offset]))
+    meta_crc = crc32c(memoryview(out)[HEADER_SIZE : sections.entries_offset])
     total_rows = int(_logical_rows(entries, regions))
     header_without_crc = _HEADER.pack(
         INDEX_MAGIC,
@@ -314,7 +314,7 @@ def encode_index(
     )
     header_crc = crc32c(header_without_crc[:-4])
     out[:HEADER_SIZE] = header_without_crc[:-4] + struct.pack("<I", header_crc)
-    index_crc = crc32c(bytes(out[: sections.trailer_offset]))
+    index_crc = crc32c(memoryview(out)[: sections.trailer_offset])
     out[sections.trailer_offset :] = _TRAILER.pack(index_crc, 0, TRAILER_MAGIC)
     return bytes(out)
 
