@@ -18,6 +18,8 @@ vectorized code and no per-row Python:
   it points into whole, and the IPC writer writes them whole: a subpartition's slice of a
   sorted batch would carry the rows of every subpartition. :func:`compact_views` rewrites such
   an array with only the bytes its rows use, in its own type.
+* ``concat_arrays`` and ``concat_batches`` have no builder for an extension type inside a
+  run-end encoded array's values: :func:`concat_batches` joins such columns itself.
 * ``run_end_decode`` and ``dictionary_decode`` have no kernel for view values:
   :func:`decode_runs` and :func:`decode_dictionary` do. (A cast of a sliced run-end encoded
   array, even to its own type, drops the slice offset: callers cast only the columns that
@@ -41,6 +43,9 @@ __all__ = [
     "check_storable",
     "child_types",
     "compact_views",
+    "concat_arrays",
+    "concat_batches",
+    "concatenates",
     "decode_dictionary",
     "decode_runs",
     "empty_array",
@@ -49,7 +54,9 @@ __all__ = [
     "has_dictionary",
     "holds_views",
     "is_plain",
+    "narrow_runs",
     "plain_type",
+    "run_end_fill",
     "stored_type",
     "take_batch",
     "takes",
@@ -117,6 +124,22 @@ def _extension_over_views(t: pa.DataType) -> bool:
     if _is_extension(t) and holds_views(t.storage_type):
         return True
     return any(_extension_over_views(c) for c in child_types(t))
+
+
+def _holds_extension(t: pa.DataType) -> bool:
+    return _is_extension(t) or any(_holds_extension(c) for c in child_types(t))
+
+
+@_cached_per_type
+def concatenates(t: pa.DataType) -> bool:
+    """True when ``pyarrow.concat_arrays`` joins arrays of type ``t``.
+
+    pyarrow 26 concatenates a run-end encoded array's values with a builder, and has none for
+    extension types: it raises for a run-end encoded array that holds one at any depth.
+    """
+    if pat.is_run_end_encoded(t) and _holds_extension(t.value_type):
+        return False
+    return all(concatenates(child) for child in child_types(t))
 
 
 def has_dictionary(t: pa.DataType) -> bool:
@@ -332,6 +355,152 @@ def _gather_runs(arr: pa.Array, idx: np.ndarray) -> pa.Array:
     values = gather(arr.values, firsts.astype(np.int64, copy=False))
     ends = pa.array(new_ends.astype(t.run_end_type.to_pandas_dtype()), type=t.run_end_type)
     return pa.RunEndEncodedArray.from_arrays(ends, values, type=t)
+
+
+def concat_batches(batches: list[pa.RecordBatch]) -> pa.RecordBatch:
+    """``pyarrow.concat_batches`` for batches of one schema with any column types.
+
+    Columns pyarrow cannot concatenate (:func:`concatenates`) are joined by
+    :func:`concat_arrays`; the others by pyarrow.
+    """
+    if len(batches) == 1:
+        return batches[0]
+    schema = batches[0].schema
+    if all(concatenates(t) for t in schema.types):
+        return pa.concat_batches(batches)
+    columns = [
+        concat_arrays([b.column(i) for b in batches])
+        if not concatenates(field.type)
+        else pa.concat_arrays([b.column(i) for b in batches])
+        for i, field in enumerate(schema)
+    ]
+    return pa.RecordBatch.from_arrays(columns, schema=schema)
+
+
+def concat_arrays(arrays: list[pa.Array]) -> pa.Array:
+    """The rows of ``arrays`` (of one type, any of them sliced) in one array, in their type.
+
+    Raises:
+        SchemaMismatchError: a union that holds what pyarrow cannot concatenate
+            (:func:`check_storable` refuses those before any row is written).
+    """
+    t = arrays[0].type
+    if concatenates(t):
+        return pa.concat_arrays(arrays)
+    if _is_extension(t):
+        return pa.ExtensionArray.from_storage(t, concat_arrays([a.storage for a in arrays]))
+    if pat.is_run_end_encoded(t):
+        return _concat_runs(arrays)
+    mask = None
+    if any(a.null_count for a in arrays):
+        mask = pa.concat_arrays([pc.is_null(a) for a in arrays])
+    if pat.is_struct(t):
+        children = [concat_arrays([a.field(i) for a in arrays]) for i in range(t.num_fields)]
+        return pa.StructArray.from_arrays(children, fields=list(t), mask=mask)
+    if pat.is_fixed_size_list(t):
+        size = t.list_size
+        pieces = [a.values.slice(a.offset * size, len(a) * size) for a in arrays]
+        return _fixed_size_list(concat_arrays(pieces), t, sum(len(a) for a in arrays), mask)
+    if pat.is_list(t) or pat.is_large_list(t) or pat.is_map(t):
+        return _concat_lists(arrays, mask)
+    if pat.is_list_view(t) or pat.is_large_list_view(t):
+        # Rows keep their views: each array's offsets move past the values before it.
+        offsets, base = [], 0
+        for a in arrays:
+            offsets.append(a.offsets.to_numpy().astype(np.int64) + base)
+            base += len(a.values)
+        index = pa.int64() if pat.is_large_list_view(t) else pa.int32()
+        sizes = [a.sizes.to_numpy() for a in arrays]
+        kind = pa.LargeListViewArray if pat.is_large_list_view(t) else pa.ListViewArray
+        return kind.from_arrays(
+            pa.array(np.concatenate(offsets), index),
+            pa.array(np.concatenate(sizes), index),
+            concat_arrays([a.values for a in arrays]),
+            type=t,
+            mask=mask,
+        )
+    raise SchemaMismatchError(f"arrays of type {t} cannot be concatenated")
+
+
+def _concat_lists(arrays: list[pa.Array], mask: pa.Array | None) -> pa.Array:
+    """Lists, large lists or maps joined: each array's value range, offsets moved after it."""
+    t = arrays[0].type
+    offsets, values, base = [np.zeros(1, np.int64)], [], 0
+    for a in arrays:
+        own = a.offsets.to_numpy().astype(np.int64)  # the slice's own len + 1 offsets
+        values.append(a.values.slice(int(own[0]), int(own[-1] - own[0])))
+        offsets.append(own[1:] - own[0] + base)
+        base += int(own[-1] - own[0])
+    index = pa.int64() if pat.is_large_list(t) else pa.int32()
+    joined = pa.array(np.concatenate(offsets), index)
+    if pat.is_map(t):
+        keys = concat_arrays([v.field(0) for v in values])
+        items = concat_arrays([v.field(1) for v in values])
+        return pa.MapArray.from_arrays(joined, keys, items, type=t, mask=mask)
+    kind = pa.LargeListArray if pat.is_large_list(t) else pa.ListArray
+    return kind.from_arrays(joined, concat_arrays(values), type=t, mask=mask)
+
+
+@_cached_per_type
+def narrow_runs(t: pa.DataType) -> bool:
+    """True when ``t`` holds, at any depth, a run-end encoded type with 16- or 32-bit ends.
+
+    Such arrays can hold no more rows than their run-end type counts to: concatenating
+    several of them can overflow it (see :func:`run_end_fill`).
+    """
+    if pat.is_run_end_encoded(t) and t.run_end_type.bit_width < 64:
+        return True
+    return any(narrow_runs(child) for child in child_types(t))
+
+
+def run_end_fill(batch: pa.RecordBatch) -> float:
+    """The largest share of its run-end type's range that a run-end array of ``batch`` spans.
+
+    0.0 without a narrow run-end encoded column (:func:`narrow_runs`). Batches whose shares
+    add up to at most 1 concatenate without overflowing any run end; the share of an array
+    inside a list counts only the values of the batch's own rows.
+    """
+    return max((_fill(column) for column in batch.columns if narrow_runs(column.type)), default=0.0)
+
+
+def _fill(arr: pa.Array) -> float:
+    t = arr.type
+    if not narrow_runs(t):
+        return 0.0
+    if _is_extension(t):
+        return _fill(arr.storage)
+    if pat.is_run_end_encoded(t):
+        own: float = len(arr) / ((1 << (t.run_end_type.bit_width - 1)) - 1)
+        return max(own, _fill(arr.values))  # the values from this array's first run on
+    if pat.is_struct(t):
+        return max(_fill(arr.field(i)) for i in range(t.num_fields))
+    if pat.is_fixed_size_list(t):
+        return _fill(arr.values.slice(arr.offset * t.list_size, len(arr) * t.list_size))
+    if pat.is_list(t) or pat.is_large_list(t) or pat.is_map(t):
+        offsets = arr.offsets
+        first, last = offsets[0].as_py(), offsets[len(arr)].as_py()
+        return _fill(arr.values.slice(first, last - first))
+    return _fill(arr.values) if pat.is_list_view(t) or pat.is_large_list_view(t) else 0.0
+
+
+def _concat_runs(arrays: list[pa.Array]) -> pa.Array:
+    """Run-end encoded arrays joined: the runs each one's rows fall in, ends moved after it."""
+    t = arrays[0].type
+    ends, values, base = [], [], 0
+    for a in arrays:
+        if not len(a):
+            continue
+        run_ends = a.run_ends.to_numpy().astype(np.int64)
+        first, last = np.searchsorted(run_ends, [a.offset, a.offset + len(a) - 1], side="right")
+        own = np.minimum(run_ends[first : last + 1], a.offset + len(a)) - a.offset
+        ends.append(own + base)
+        values.append(a.values.slice(int(first), int(last - first + 1)))
+        base += len(a)
+    if not ends:
+        return empty_array(t)
+    # pa.array refuses an end past the run-end type's range (numpy's cast would wrap it).
+    run_ends_out = pa.array(np.concatenate(ends), type=t.run_end_type)
+    return pa.RunEndEncodedArray.from_arrays(run_ends_out, concat_arrays(values), type=t)
 
 
 def decode_dictionary(arr: pa.Array) -> pa.Array:

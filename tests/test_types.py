@@ -29,6 +29,8 @@ import arrowshuffle as ash
 from arrowshuffle.format.arrow_types import (
     child_types,
     compact_views,
+    concat_arrays,
+    concatenates,
     gather,
     holds_views,
     plain_type,
@@ -625,10 +627,14 @@ def _edge_columns() -> dict[str, pa.Array]:
     sizes = pa.array((np.arange(n) % 3 == 0).astype(np.int32))
     windows = np.minimum(np.arange(n, dtype=np.int32), n - 20)  # overlapping: values shared
     inner = pa.ListViewArray.from_arrays(reversed_offsets, sizes, blobs)
+    ends = pa.array(np.arange(3, n + 1, 3, dtype=np.int32))
     runs = pa.RunEndEncodedArray.from_arrays(
-        pa.array(np.arange(3, n + 1, 3, dtype=np.int32)),
-        pa.array([f"run-{i}" if i % 5 else None for i in range(n // 3)]),
+        ends, pa.array([f"run-{i}" if i % 5 else None for i in range(n // 3)])
     )
+    tagged = pa.ExtensionArray.from_storage(
+        _Tagged(pa.int64()), pa.array([i if i % 4 else None for i in range(n)], pa.int64())
+    )
+    list_sizes = np.arange(n, dtype=np.int32) % 3
     return {
         "tagged_int": pa.ExtensionArray.from_storage(_Tagged(pa.int64()), pa.array(range(n))),
         "tagged_view": pa.ExtensionArray.from_storage(_Tagged(pa.binary_view()), blobs),
@@ -654,6 +660,19 @@ def _edge_columns() -> dict[str, pa.Array]:
         ),
         "map_of_run_end_encoded": pa.MapArray.from_arrays(
             pa.array(np.arange(n + 1, dtype=np.int32)), pa.array([f"k{i}" for i in range(n)]), runs
+        ),
+        # pyarrow's concatenation has no builder for an extension inside run-end encoding.
+        "run_end_encoded_of_tagged": pa.RunEndEncodedArray.from_arrays(ends, tagged[: n // 3]),
+        "run_end_encoded_of_json": pa.RunEndEncodedArray.from_arrays(
+            ends, pa.array([f'{{"run": {i}}}' for i in range(n // 3)]).cast(pa.json_())
+        ),
+        "list_of_run_end_encoded_of_tagged": pa.ListArray.from_arrays(
+            pa.array(np.concatenate(([0], np.cumsum(list_sizes))).astype(np.int32)),
+            pa.RunEndEncodedArray.from_arrays(
+                pa.array(np.arange(1, int(list_sizes.sum()) + 1, dtype=np.int32)),
+                tagged[: int(list_sizes.sum())],
+            ),
+            mask=pa.array(np.arange(n) % 9 == 4),
         ),
         "union_with_list_view": pa.UnionArray.from_dense(
             pa.array([i % 2 for i in range(n)], pa.int8()),
@@ -683,6 +702,133 @@ def test_edge_columns_write_and_read_back_and_compact_no_larger(tmp_path: Path, 
     assert got.schema == table.schema
     assert by_row(got["i"], got["v"]) == by_row(table["i"], table["v"])
     assert ash.validate_file(path, deep=True).ok
+
+
+@pytest.mark.parametrize(
+    "name",
+    ["run_end_encoded_of_tagged", "run_end_encoded_of_json", "list_of_run_end_encoded_of_tagged"],
+)
+def test_run_end_encoded_extensions_compact_into_fewer_batches(tmp_path: Path, name: str) -> None:
+    # Re-batching concatenates the tiny chunks of two appends: pyarrow's own concatenation
+    # raises for an extension inside run-end encoding.
+    with contextlib.suppress(pa.ArrowKeyError):
+        pa.register_extension_type(_Tagged(pa.null()))
+    values = _edge_columns()[name]
+    table = pa.table({"i": pa.array(range(len(values)), pa.int64()), "v": values})
+    url = str(tmp_path / "d")
+    for k, part in enumerate((table.slice(0, 140), table.slice(140))):
+        ash.write_dataset(
+            part, url, num_subpartitions=4, by="i", memory=2048, mode="append" if k else "overwrite"
+        )
+    before = ash.open_dataset(url).read(range(4)).to_batches()
+    report = ash.compact(url, rebatch=True)
+    assert report.files_after == 1
+    after = ash.open_dataset(url).read(range(4), verify=True)
+    assert len(after.to_batches()) < len(before)
+    assert by_row(after["i"], after["v"]) == by_row(table["i"], table["v"])
+    assert ash.validate_dataset(url, deep=True).ok
+
+
+def _runs_of(values: pa.Array, rng: np.random.Generator) -> pa.Array:
+    """``values`` run-end encoded: runs of random lengths, each holding its first value."""
+    n = len(values)
+    cuts = np.flatnonzero(rng.random(n - 1) < 0.4) + 1 if n > 1 else np.zeros(0, np.int64)
+    starts = np.concatenate(([0], cuts)).astype(np.int64) if n else np.zeros(0, np.int64)
+    ends = np.append(cuts, n).astype(np.int32) if n else np.zeros(0, np.int32)
+    return pa.RunEndEncodedArray.from_arrays(pa.array(ends), values.take(pa.array(starts)))
+
+
+def _holding_runs(kind: str, n: int, rng: np.random.Generator) -> pa.Array:
+    """``n`` rows of ``kind``, a type that holds a user's extension inside run-end encoding."""
+
+    def tagged(m: int) -> pa.Array:
+        ints = pa.array(rng.integers(0, 5, m), mask=rng.random(m) < 0.2)
+        return pa.ExtensionArray.from_storage(_Tagged(pa.int64()), ints)
+
+    mask = pa.array(rng.random(n) < 0.2)
+    sizes = rng.integers(0, 3, n)
+    offsets = pa.array(np.concatenate(([0], np.cumsum(sizes))).astype(np.int32))
+    m = int(sizes.sum())
+    if kind == "runs":
+        return _runs_of(tagged(n), rng)
+    if kind == "struct":
+        return pa.StructArray.from_arrays([_runs_of(tagged(n), rng)], ["r"], mask=mask)
+    if kind == "list":
+        return pa.ListArray.from_arrays(offsets, _runs_of(tagged(m), rng), mask=mask)
+    if kind == "map":
+        keys = pa.array(np.arange(m, dtype=np.int64))
+        return pa.MapArray.from_arrays(offsets, keys, _runs_of(tagged(m), rng))
+    if kind == "fixed_size_list":
+        return pa.FixedSizeListArray.from_arrays(_runs_of(tagged(2 * n), rng), 2, mask=mask)
+    starts = rng.integers(0, 2 * n + 1, n)
+    view_sizes = rng.integers(0, 2 * n - starts + 1)
+    return pa.ListViewArray.from_arrays(
+        pa.array(starts.astype(np.int32)),
+        pa.array(view_sizes.astype(np.int32)),
+        _runs_of(tagged(2 * n), rng),
+    )
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    kind=st.sampled_from(["runs", "struct", "list", "map", "fixed_size_list", "list_view"]),
+    seed=st.integers(0, 2**32 - 1),
+)
+def test_concat_arrays_joins_slices_pyarrow_cannot(kind: str, seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    pieces = []
+    for _ in range(int(rng.integers(1, 5))):
+        whole = _holding_runs(kind, int(rng.integers(1, 12)), rng)
+        start = int(rng.integers(0, len(whole) + 1))
+        pieces.append(whole.slice(start, int(rng.integers(0, len(whole) - start + 1))))
+    assert not concatenates(pieces[0].type)
+    joined = concat_arrays(pieces)
+    joined.validate(full=True)
+    assert joined.type == pieces[0].type
+    assert joined.to_pylist() == [row for piece in pieces for row in piece.to_pylist()]
+
+
+def _narrow_runs_batches() -> list[pa.RecordBatch]:
+    """Four batches of 12,000 rows with 16-bit run ends: at top level, and inside lists of two."""
+    batches = []
+    for b in range(4):
+        rows = 12_000
+        ids = np.arange(b * rows, (b + 1) * rows, dtype=np.int64)
+        top = pa.RunEndEncodedArray.from_arrays(
+            pa.array(np.arange(100, rows + 1, 100, dtype=np.int16)), pa.array(ids[::100] // 100)
+        )
+        inner = pa.RunEndEncodedArray.from_arrays(
+            pa.array(np.append(np.arange(7, 2 * rows, 7), 2 * rows).astype(np.int16)),
+            pa.array(np.arange(-(-2 * rows // 7), dtype=np.int64) + b * 10_000),
+        )
+        nested = pa.ListArray.from_arrays(
+            pa.array(np.arange(0, 2 * rows + 1, 2, dtype=np.int32)), inner
+        )
+        batches.append(pa.record_batch({"i": ids, "top": top, "nested": nested}))
+    return batches
+
+
+def test_narrow_run_ends_never_overflow_when_batches_are_joined(tmp_path: Path) -> None:
+    # 48,000 rows of one subpartition, with 16-bit run ends (at most 32,767 rows, or values
+    # inside lists, per array): the writer and compaction's re-batching join batches only
+    # while the run ends fit.
+    batches = _narrow_runs_batches()
+    table = pa.Table.from_batches(batches)
+    want = {k: by_row(table["i"], table[k]) for k in ("top", "nested")}
+    url = str(tmp_path / "d")
+    for k in range(2):
+        part = pa.Table.from_batches(batches[2 * k : 2 * k + 2])
+        ash.write_dataset(
+            part, url, num_subpartitions=1, by="i", mode="append" if k else "overwrite"
+        )
+    for step in ("written", "compacted"):
+        got = ash.open_dataset(url).read(0, verify=True)
+        for batch in got.to_batches():
+            batch.validate(full=True)
+        assert {k: by_row(got["i"], got[k]) for k in ("top", "nested")} == want, step
+        assert ash.validate_dataset(url, deep=True).ok
+        if step == "written":
+            assert ash.compact(url, rebatch=True).files_after == 1
 
 
 def test_compact_views_reads_a_views_buffer_longer_than_its_rows() -> None:

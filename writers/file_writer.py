@@ -25,7 +25,12 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from arrowshuffle.format.arrow_types import check_storable, has_dictionary
+from arrowshuffle.format.arrow_types import (
+    check_storable,
+    has_dictionary,
+    narrow_runs,
+    run_end_fill,
+)
 from arrowshuffle.format.errors import InvalidOptionError, SchemaMismatchError
 from arrowshuffle.format.index import (
     COMPRESSION_BITS,
@@ -250,6 +255,9 @@ class ShuffleFileWriter:
             self._memory.close()
             raise
         self._encoder = BatchEncoder(self.schema, self.compression)
+        # Output batches also end where a narrow run-end encoded column would overflow.
+        narrow = any(narrow_runs(t) for t in self.schema.types)
+        self._fill = run_end_fill if narrow else None
 
     # ------------------------------------------------------------------ writing
 
@@ -432,7 +440,8 @@ class ShuffleFileWriter:
     def _write_region(self) -> None:
         entries = np.zeros(self.num_subpartitions, dtype=ENTRY_DTYPE)
         plan = [
-            (s, batch_groups(slices, self.max_batch_rows)) for s, slices in self._buffer.chunks()
+            (s, batch_groups(slices, self.max_batch_rows, self._fill))
+            for s, slices in self._buffer.chunks()
         ]
         # Output batches of the whole region, in file order: the next one is put together
         # while the current one is written.
@@ -459,7 +468,7 @@ class ShuffleFileWriter:
 
     def _write_broadcast_region(self) -> None:
         ((_, slices),) = list(self._broadcast.chunks())
-        groups = batch_groups(slices, self.max_batch_rows)
+        groups = batch_groups(slices, self.max_batch_rows, self._fill)
         chunk = self._write_chunk(combine_ahead(groups, self._encoder.encode), len(groups))
         del slices, groups
         self._memory.release_all()

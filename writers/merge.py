@@ -20,6 +20,7 @@ from typing import IO, Any, Literal, NamedTuple
 import numpy as np
 import pyarrow as pa
 
+from arrowshuffle.format.arrow_types import concat_batches, narrow_runs, run_end_fill
 from arrowshuffle.format.chunks import check_chunk_crc, decode_chunk, decodes_on_threads
 from arrowshuffle.format.crc import crc32c
 from arrowshuffle.format.errors import (
@@ -233,6 +234,7 @@ class _GroupWriter:
         self.batch_rows = batch_rows
         self.codec = codec
         self._encoder = BatchEncoder(schema, codec)
+        self._narrow_runs = any(narrow_runs(t) for t in schema.types)
         self._schema_message: pa.Buffer | None = None
 
     @property
@@ -256,7 +258,8 @@ class _GroupWriter:
         start = self.position
         if self._rebatches(pieces):
             batches = self._decode(pieces)
-            groups = group_batches([b.num_rows for b in batches], self.batch_rows)
+            fills = [run_end_fill(b) for b in batches] if self._narrow_runs else None
+            groups = group_batches([b.num_rows for b in batches], self.batch_rows, fills)
             if len(groups) < len(batches):
                 crc = 0
                 for first, stop in groups:
@@ -339,7 +342,7 @@ class _GroupWriter:
         """Write ``batches`` concatenated as one record-batch message; return the running CRC."""
         # Whole input batches are concatenated, never sliced (the encoder compacts view
         # columns either way).
-        batch = batches[0] if len(batches) == 1 else pa.concat_batches(list(batches))
+        batch = concat_batches(list(batches))
         encoded = self._encoder.encode(batch)
         self.file.write(encoded)
         return encoded.continue_crc32c(crc)
@@ -349,18 +352,25 @@ class _GroupWriter:
         self.entries.append(entries)
 
 
-def group_batches(rows: Sequence[int], limit: int) -> list[tuple[int, int]]:
+def group_batches(
+    rows: Sequence[int], limit: int, fills: Sequence[float] | None = None
+) -> list[tuple[int, int]]:
     """Runs ``[first, stop)`` of consecutive batches holding at most ``limit`` rows each.
 
-    A batch of more than ``limit`` rows is a run of its own (batches are never split).
+    A batch of more than ``limit`` rows is a run of its own (batches are never split). With
+    ``fills`` (each batch's :func:`~arrowshuffle.format.arrow_types.run_end_fill`), a run
+    also ends before its fills add up to more than 1.
     """
     out: list[tuple[int, int]] = []
     first = total = 0
+    filled = 0.0
     for i, n in enumerate(rows):
-        if i > first and total + n > limit:
+        share = 0.0 if fills is None else fills[i]
+        if i > first and (total + n > limit or filled + share > 1.0):
             out.append((first, i))
-            first, total = i, 0
+            first, total, filled = i, 0, 0.0
         total += n
+        filled += share
     if rows:
         out.append((first, len(rows)))
     return out

@@ -25,7 +25,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from arrowshuffle.format import _gather_jit
-from arrowshuffle.format.arrow_types import take_batch, takes
+from arrowshuffle.format.arrow_types import concat_batches, take_batch, takes
 from arrowshuffle.format.gather import counting_sort, is_string_like, take_columns
 from arrowshuffle.format.parallel import background_threads, submit
 
@@ -139,25 +139,37 @@ def _sort(batch: pa.RecordBatch, ids: np.ndarray, num_subpartitions: int) -> _So
     return take_batch(batch, order), counts
 
 
-def batch_groups(slices: list[pa.RecordBatch], max_rows: int) -> list[list[pa.RecordBatch]]:
+def batch_groups(
+    slices: list[pa.RecordBatch],
+    max_rows: int,
+    fill: Callable[[pa.RecordBatch], float] | None = None,
+) -> list[list[pa.RecordBatch]]:
     """Group consecutive slices into the pieces of output batches of at most ``max_rows`` rows.
 
     Small slices share a batch, so that batches are large enough to compress well; a slice
-    larger than ``max_rows`` is cut. Nothing is copied: see :func:`combine_ahead`.
+    larger than ``max_rows`` is cut. Nothing is copied: see :func:`combine_ahead`. With
+    ``fill`` (:func:`~arrowshuffle.format.arrow_types.run_end_fill`), a batch also ends before
+    its pieces' fills add up to more than 1, so that no run-end encoded column overflows.
     """
     groups: list[list[pa.RecordBatch]] = []
     pending: list[pa.RecordBatch] = []
     pending_rows = 0
+    pending_fill = 0.0
     for piece in slices:
+        share = 0.0 if fill is None else fill(piece)  # a part of the piece fills no more
         offset = 0
         while offset < piece.num_rows:
+            if pending and pending_fill + share > 1.0:
+                groups.append(pending)
+                pending, pending_rows, pending_fill = [], 0, 0.0
             take = min(piece.num_rows - offset, max_rows - pending_rows)
             pending.append(piece.slice(offset, take) if take < piece.num_rows else piece)
             pending_rows += take
+            pending_fill += share
             offset += take
             if pending_rows == max_rows:
                 groups.append(pending)
-                pending, pending_rows = [], 0
+                pending, pending_rows, pending_fill = [], 0, 0.0
     if pending:
         groups.append(pending)
     return groups
@@ -191,7 +203,7 @@ def _start(group: list[pa.RecordBatch], finish: Callable[[pa.RecordBatch], _T]) 
 
 
 def _combine(pieces: list[pa.RecordBatch]) -> pa.RecordBatch:
-    return pieces[0] if len(pieces) == 1 else pa.concat_batches(pieces)
+    return concat_batches(pieces)
 
 
 def _narrow(ids: np.ndarray, num_subpartitions: int) -> np.ndarray:
