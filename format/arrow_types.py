@@ -46,6 +46,7 @@ __all__ = [
     "concat_arrays",
     "concat_batches",
     "concatenates",
+    "decode_dictionaries",
     "decode_dictionary",
     "decode_runs",
     "empty_array",
@@ -513,6 +514,54 @@ def decode_dictionary(arr: pa.Array) -> pa.Array:
         raise SchemaMismatchError(f"a dictionary of {t} values cannot be decoded")
     wide = values.cast(pa.large_string() if pat.is_string_view(t) else pa.large_binary())
     return pa.DictionaryArray.from_arrays(arr.indices, wide).dictionary_decode().cast(t)
+
+
+def decode_dictionaries(arr: pa.Array) -> pa.Array:
+    """``arr`` in its :func:`stored_type`: every dictionary, at any depth, decoded.
+
+    Only the containers on the way to a dictionary are rebuilt; their other children are kept
+    as they are. (pyarrow's cast to the stored type would also cast them, and a cast of a
+    sliced run-end encoded array drops its slice offset: a struct of a run-end encoded and a
+    dictionary column lost its rows' run values.)
+
+    Raises:
+        SchemaMismatchError: a dictionary inside a union or an extension type.
+    """
+    t = arr.type
+    if not has_dictionary(t):
+        return arr
+    if pat.is_dictionary(t):
+        return decode_dictionaries(decode_dictionary(arr))
+    out = stored_type(t)
+    if pat.is_run_end_encoded(t):
+        runs = _concat_runs([arr])  # its own runs only, from run end 0
+        return pa.RunEndEncodedArray.from_arrays(
+            runs.run_ends, decode_dictionaries(runs.values), type=out
+        )
+    mask = _null_mask(arr)
+    if pat.is_struct(t):
+        children = [decode_dictionaries(arr.field(i)) for i in range(t.num_fields)]
+        return pa.StructArray.from_arrays(children, fields=list(out), mask=mask)
+    if pat.is_fixed_size_list(t):
+        size = t.list_size
+        values = decode_dictionaries(arr.values.slice(arr.offset * size, len(arr) * size))
+        return _fixed_size_list(values, out, len(arr), mask)
+    if pat.is_list(t) or pat.is_large_list(t) or pat.is_map(t):
+        own = arr.offsets.to_numpy()
+        offsets = pa.array(own - own[0])
+        entries = arr.values.slice(int(own[0]), int(own[-1] - own[0]))
+        if pat.is_map(t):
+            keys, items = (decode_dictionaries(entries.field(i)) for i in (0, 1))
+            return pa.MapArray.from_arrays(offsets, keys, items, type=out, mask=mask)
+        kind = pa.LargeListArray if pat.is_large_list(t) else pa.ListArray
+        return kind.from_arrays(offsets, decode_dictionaries(entries), type=out, mask=mask)
+    if pat.is_list_view(t) or pat.is_large_list_view(t):
+        kind = pa.LargeListViewArray if pat.is_large_list_view(t) else pa.ListViewArray
+        values = decode_dictionaries(arr.values)
+        # from_arrays takes no sliced offsets and sizes beside a mask: they are copied.
+        offsets, sizes = (pa.array(a.to_numpy()) for a in (arr.offsets, arr.sizes))
+        return kind.from_arrays(offsets, sizes, values, type=out, mask=mask)
+    raise SchemaMismatchError(f"the dictionaries inside {t} cannot be decoded")
 
 
 def decode_runs(arr: pa.Array) -> pa.Array:

@@ -32,6 +32,7 @@ from arrowshuffle.format.arrow_types import (
     concat_arrays,
     concatenates,
     gather,
+    has_dictionary,
     holds_views,
     plain_type,
     take_batch,
@@ -485,6 +486,55 @@ def test_sliced_run_end_encoded_beside_a_dictionary_column(tmp_path: Path) -> No
     got = ash.open_file(tmp_path / "f.arrow").read(range(3))
     assert by_row(got["i"], got["r"]) == by_row(part["i"], part["r"])
     assert by_row(got["i"], got["d"]) == by_row(part["i"], part["d"])
+
+
+def _dictionary_containers() -> dict[str, pa.Array]:
+    """Columns holding a dictionary inside a container, with null rows, ``N`` rows each."""
+    words = pa.array([_text(i) for i in range(3 * N)]).dictionary_encode()
+    views = pa.DictionaryArray.from_arrays(words.indices, words.dictionary.cast(pa.string_view()))
+    runs = pa.RunEndEncodedArray.from_arrays(
+        pa.array(np.arange(3, N + 1, 3, dtype=np.int32)), pa.array(range(N // 3))
+    )
+    mask = pa.array(np.arange(N) % 7 == 3)
+    offsets = pa.array(np.arange(0, 3 * N + 1, 3, dtype=np.int32))
+    return {
+        # A cast of the struct also cast its run-end encoded child, dropping the slice offset.
+        "struct_of_runs_and_dictionary": pa.StructArray.from_arrays(
+            [runs, words[:N]], ["r", "d"], mask=mask
+        ),
+        "struct_of_view_dictionary": pa.StructArray.from_arrays([views[:N]], ["d"], mask=mask),
+        "list_of_view_dictionary": pa.ListArray.from_arrays(offsets, views, mask=mask),
+        "map_of_dictionary": pa.MapArray.from_arrays(
+            offsets, pa.array([f"k{i}" for i in range(3 * N)]), words
+        ),
+        "large_list_view_of_dictionary": pa.LargeListViewArray.from_arrays(
+            pa.array(np.arange(N, dtype=np.int64)[::-1].copy()),
+            pa.array(np.arange(N, dtype=np.int64) % 4),
+            words,
+            mask=mask,
+        ),
+        "fixed_size_list_of_view_dictionary": pa.FixedSizeListArray.from_arrays(
+            views[: 2 * N], 2, mask=mask
+        ),
+        "run_end_encoded_of_dictionary": pa.RunEndEncodedArray.from_arrays(
+            runs.run_ends, words[: N // 3]
+        ),
+    }
+
+
+@pytest.mark.parametrize("name", list(_dictionary_containers()))
+def test_dictionaries_inside_containers_are_decoded_and_nothing_else_changes(
+    tmp_path: Path, name: str
+) -> None:
+    values = _dictionary_containers()[name]
+    table = pa.table({"i": pa.array(range(N), pa.int64()), "v": values})
+    for part in (table, table.slice(N // 2 - 1)):
+        path = tmp_path / f"{len(part)}.arrow"
+        ash.write(part, path, num_subpartitions=3, by="i")
+        got = ash.open_file(path).read(range(3), verify=True)
+        assert not has_dictionary(got.schema.field("v").type)
+        assert by_row(got["i"], got["v"]) == by_row(part["i"], part["v"])
+        assert ash.validate_file(path, deep=True).ok
 
 
 @pytest.mark.parametrize("name", ["dictionary", "dictionary_of_views"])

@@ -14,7 +14,12 @@ from typing import Any
 
 import pyarrow as pa
 
-from arrowshuffle.format.arrow_types import decode_dictionary, has_dictionary, stored_type
+from arrowshuffle.format.arrow_types import (
+    decode_dictionaries,
+    decode_dictionary,
+    has_dictionary,
+    stored_type,
+)
 from arrowshuffle.format.errors import InvalidOptionError, SchemaMismatchError
 from arrowshuffle.format.manifest import Manifest
 from arrowshuffle.format.naming import new_file_name
@@ -344,25 +349,20 @@ def _decoded(
     if not any(has_dictionary(f.type) for f in schema):
         return schema, batches, table
     plain = pa.schema([f.with_type(stored_type(f.type)) for f in schema], metadata=schema.metadata)
-    # Only the dictionary columns are cast: pyarrow's cast of a sliced run-end encoded array to
-    # its own type drops the slice offset.
     encoded = [i for i, f in enumerate(schema) if has_dictionary(f.type)]
 
     def decode(batch: pa.RecordBatch) -> pa.RecordBatch:
         columns = list(batch.columns)
         for i in encoded:
-            column = columns[i]
-            if pa.types.is_dictionary(column.type):
-                column = decode_dictionary(column)  # also where cast has no kernel (views)
-            if not column.type.equals(plain.field(i).type):
-                try:
-                    column = column.cast(plain.field(i).type)
-                except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
-                    raise SchemaMismatchError(
-                        f"column {schema.field(i).name!r} of type {schema.field(i).type} cannot "
-                        f"be decoded to {plain.field(i).type}: {exc}"
-                    ) from exc
-            columns[i] = column
+            try:
+                # Not a cast: it would also cast the column's other children (see
+                # decode_dictionaries), and has no kernel for view values.
+                columns[i] = decode_dictionaries(columns[i])
+            except (pa.ArrowInvalid, pa.ArrowNotImplementedError, SchemaMismatchError) as exc:
+                raise SchemaMismatchError(
+                    f"column {schema.field(i).name!r} of type {schema.field(i).type} cannot "
+                    f"be decoded to {plain.field(i).type}: {exc}"
+                ) from exc
         return pa.RecordBatch.from_arrays(columns, schema=plain)
 
     return plain, (decode(batch) for batch in batches), table
