@@ -346,6 +346,40 @@ def test_spark_reads_every_type_it_has(spark: Any, tmp_path: Path) -> None:
 
 
 @pytest.mark.spark
+def test_spark_reads_run_end_encoded_columns_longer_than_their_run_ends(
+    spark: Any, tmp_path: Path
+) -> None:
+    # The reader joins a task's batches (48,000 rows here) before Spark takes them: an int16
+    # run-end encoded column holds at most 32,767 rows, and pyarrow cannot join one of uuids.
+    import arrowshuffle.spark as ashspark
+
+    ashspark.register(spark)
+    batches = []
+    for b, rows in enumerate((20_000, 20_000, 8_000)):
+        ids = np.arange(b * 20_000, b * 20_000 + rows, dtype=np.int64)
+        ends = pa.array(np.arange(100, rows + 1, 100, dtype=np.int16))
+        uuids = pa.array([i.to_bytes(16, "big") for i in range(rows // 100)], pa.binary(16))
+        batches.append(
+            pa.record_batch(
+                {
+                    "i": ids,
+                    "top": pa.RunEndEncodedArray.from_arrays(ends, pa.array(ids[::100] // 100)),
+                    "ids": pa.RunEndEncodedArray.from_arrays(
+                        ends.cast(pa.int32()), uuids.cast(pa.uuid())
+                    ),
+                }
+            )
+        )
+    table = pa.Table.from_batches(batches)
+    path = str(tmp_path / "runs")
+    ash.write_dataset(table, path, num_subpartitions=1, by="i")
+    got = spark.read.format("arrowshuffle").load(path).toArrow()
+    assert got.num_rows == table.num_rows
+    assert by_row(got["i"], got["top"]) == by_row(table["i"], table["top"])
+    assert by_row(got["i"], got["ids"]) == by_row(table["i"], table["ids"])
+
+
+@pytest.mark.spark
 @pytest.mark.parametrize("name", sorted(SPARK_REFUSES))
 def test_spark_refuses_types_it_lacks_by_name(
     spark: Any, datasets: dict[str, str], name: str

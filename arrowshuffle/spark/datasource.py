@@ -781,8 +781,10 @@ class ArrowShuffleReader(DataSourceReader):
                 verify=self.options.verify,
                 options=read_options,
             )
-        for batch in coalesce_batches(batches, self.options.batch_rows, self.options.batch_bytes):
-            yield conform(batch, self.target)
+        # Made plain before they are joined: pyarrow cannot concatenate a run-end encoded
+        # column past its run-end type's range, nor one that holds an extension type.
+        plain = (conform(batch, self.target) for batch in batches)
+        yield from coalesce_batches(plain, self.options.batch_rows, self.options.batch_bytes)
 
 
 class PruningArrowShuffleReader(ArrowShuffleReader):
