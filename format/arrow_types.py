@@ -516,6 +516,38 @@ def decode_dictionary(arr: pa.Array) -> pa.Array:
     return pa.DictionaryArray.from_arrays(arr.indices, wide).dictionary_decode().cast(t)
 
 
+def _rebuild(
+    arr: pa.Array, child: Callable[[pa.Array], pa.Array], out: pa.DataType, mask: pa.Array | None
+) -> pa.Array | None:
+    """``arr`` rebuilt as type ``out`` around ``child`` of each of its children.
+
+    For run-end encoded, struct, list, large list, map and fixed-size list arrays; None for
+    other types. Only the values the rows use are passed to ``child`` (from offset 0 on).
+    ``mask`` is True where a row is null (None for a run-end encoded array, which has none).
+    """
+    t = arr.type
+    if pat.is_run_end_encoded(t):
+        runs = _concat_runs([arr])  # its own runs only, from run end 0
+        return pa.RunEndEncodedArray.from_arrays(runs.run_ends, child(runs.values), type=out)
+    if pat.is_struct(t):
+        children = [child(arr.field(i)) for i in range(t.num_fields)]
+        return pa.StructArray.from_arrays(children, fields=list(out), mask=mask)
+    if pat.is_fixed_size_list(t):
+        size = t.list_size
+        values = child(arr.values.slice(arr.offset * size, len(arr) * size))
+        return _fixed_size_list(values, out, len(arr), mask)
+    if pat.is_list(t) or pat.is_large_list(t) or pat.is_map(t):
+        own = arr.offsets.to_numpy()
+        offsets = pa.array(own - own[0])
+        entries = arr.values.slice(int(own[0]), int(own[-1] - own[0]))
+        if pat.is_map(t):
+            keys, items = (child(entries.field(i)) for i in (0, 1))
+            return pa.MapArray.from_arrays(offsets, keys, items, type=out, mask=mask)
+        kind = pa.LargeListArray if pat.is_large_list(t) else pa.ListArray
+        return kind.from_arrays(offsets, child(entries), type=out, mask=mask)
+    return None
+
+
 def decode_dictionaries(arr: pa.Array) -> pa.Array:
     """``arr`` in its :func:`stored_type`: every dictionary, at any depth, decoded.
 
@@ -533,28 +565,10 @@ def decode_dictionaries(arr: pa.Array) -> pa.Array:
     if pat.is_dictionary(t):
         return decode_dictionaries(decode_dictionary(arr))
     out = stored_type(t)
-    if pat.is_run_end_encoded(t):
-        runs = _concat_runs([arr])  # its own runs only, from run end 0
-        return pa.RunEndEncodedArray.from_arrays(
-            runs.run_ends, decode_dictionaries(runs.values), type=out
-        )
     mask = _null_mask(arr)
-    if pat.is_struct(t):
-        children = [decode_dictionaries(arr.field(i)) for i in range(t.num_fields)]
-        return pa.StructArray.from_arrays(children, fields=list(out), mask=mask)
-    if pat.is_fixed_size_list(t):
-        size = t.list_size
-        values = decode_dictionaries(arr.values.slice(arr.offset * size, len(arr) * size))
-        return _fixed_size_list(values, out, len(arr), mask)
-    if pat.is_list(t) or pat.is_large_list(t) or pat.is_map(t):
-        own = arr.offsets.to_numpy()
-        offsets = pa.array(own - own[0])
-        entries = arr.values.slice(int(own[0]), int(own[-1] - own[0]))
-        if pat.is_map(t):
-            keys, items = (decode_dictionaries(entries.field(i)) for i in (0, 1))
-            return pa.MapArray.from_arrays(offsets, keys, items, type=out, mask=mask)
-        kind = pa.LargeListArray if pat.is_large_list(t) else pa.ListArray
-        return kind.from_arrays(offsets, decode_dictionaries(entries), type=out, mask=mask)
+    rebuilt = _rebuild(arr, decode_dictionaries, out, mask)
+    if rebuilt is not None:
+        return rebuilt
     if pat.is_list_view(t) or pat.is_large_list_view(t):
         kind = pa.LargeListViewArray if pat.is_large_list_view(t) else pa.ListViewArray
         values = decode_dictionaries(arr.values)
@@ -666,31 +680,12 @@ def compact_views(arr: pa.Array) -> pa.Array:
         return arr  # check_storable refuses unions over string views; list views stay whole
     if _is_extension(t):
         return pa.ExtensionArray.from_storage(t, compact_views(arr.storage))
-    if pat.is_run_end_encoded(t):
-        runs = _gather_runs(arr, np.arange(len(arr), dtype=np.int64))
-        return pa.RunEndEncodedArray.from_arrays(runs.run_ends, compact_views(runs.values), type=t)
     mask = _null_mask(arr)
     if pat.is_list_view(t) or pat.is_large_list_view(t):
         return _compact_list_view(arr, mask)
-    if pat.is_struct(t):
-        children = [compact_views(arr.field(i)) for i in range(t.num_fields)]
-        return pa.StructArray.from_arrays(children, fields=list(t), mask=mask)
-    if pat.is_fixed_size_list(t):
-        size = t.list_size
-        values = compact_views(arr.values.slice(arr.offset * size, len(arr) * size))
-        return _fixed_size_list(values, t, len(arr), mask)
-    if pat.is_list(t) or pat.is_large_list(t) or pat.is_map(t):
-        offsets = arr.offsets.to_numpy()
-        first, used = int(offsets[0]), int(offsets[-1] - offsets[0])
-        rebased = pa.array(offsets - first)
-        if pat.is_map(t):
-            entries = arr.values
-            keys = compact_views(entries.field(0).slice(first, used))
-            items = compact_views(entries.field(1).slice(first, used))
-            return pa.MapArray.from_arrays(rebased, keys, items, type=t, mask=mask)
-        kind = pa.LargeListArray if pat.is_large_list(t) else pa.ListArray
-        values = compact_views(arr.values.slice(first, used))
-        return kind.from_arrays(rebased, values, type=t, mask=mask)
+    rebuilt = _rebuild(arr, compact_views, t, mask)
+    if rebuilt is not None:
+        return rebuilt
     raise SchemaMismatchError(f"type {t} holds views that cannot be compacted")
 
 
