@@ -58,6 +58,7 @@ __all__ = [
     "narrow_runs",
     "plain_type",
     "run_end_fill",
+    "run_end_fills",
     "stored_type",
     "take_batch",
     "takes",
@@ -454,6 +455,11 @@ def narrow_runs(t: pa.DataType) -> bool:
     return any(narrow_runs(child) for child in child_types(t))
 
 
+def run_end_fills(schema: pa.Schema) -> Callable[[pa.RecordBatch], float] | None:
+    """:func:`run_end_fill` when ``schema`` has a narrow run-end encoded column, else None."""
+    return run_end_fill if any(narrow_runs(t) for t in schema.types) else None
+
+
 def run_end_fill(batch: pa.RecordBatch) -> float:
     """The largest share of its run-end type's range that a run-end array of ``batch`` spans.
 
@@ -743,20 +749,7 @@ def to_plain(arr: pa.Array) -> pa.Array:
         values = to_plain(flat)
         kind = pa.LargeListArray if large else pa.ListArray
         return kind.from_arrays(pa.array(offsets), values, type=plain_type(t), mask=mask)
-    if pat.is_struct(t):
-        children = [to_plain(arr.field(i)) for i in range(t.num_fields)]
-        fields = [t.field(i).with_type(c.type) for i, c in enumerate(children)]
-        return pa.StructArray.from_arrays(children, fields=fields, mask=mask)
-    if pat.is_fixed_size_list(t):
-        size = t.list_size
-        values = to_plain(arr.values.slice(arr.offset * size, len(arr) * size))
-        return _fixed_size_list(values, plain_type(t), len(arr), mask)
-    if pat.is_map(t):
-        entries = arr.values
-        keys, items = to_plain(entries.field(0)), to_plain(entries.field(1))
-        return pa.MapArray.from_arrays(arr.offsets, keys, items, type=plain_type(t), mask=mask)
-    if pat.is_list(t) or pat.is_large_list(t):
-        kind = pa.LargeListArray if pat.is_large_list(t) else pa.ListArray
-        values = to_plain(arr.values)
-        return kind.from_arrays(arr.offsets, values, type=plain_type(t), mask=mask)
+    rebuilt = _rebuild(arr, to_plain, plain_type(t), mask)
+    if rebuilt is not None:
+        return rebuilt
     raise SchemaMismatchError(f"type {t} has no plain form")

@@ -28,8 +28,7 @@ import pyarrow as pa
 from arrowshuffle.format.arrow_types import (
     check_storable,
     has_dictionary,
-    narrow_runs,
-    run_end_fill,
+    run_end_fills,
 )
 from arrowshuffle.format.errors import InvalidOptionError, SchemaMismatchError
 from arrowshuffle.format.index import (
@@ -256,8 +255,7 @@ class ShuffleFileWriter:
             raise
         self._encoder = BatchEncoder(self.schema, self.compression)
         # Output batches also end where a narrow run-end encoded column would overflow.
-        narrow = any(narrow_runs(t) for t in self.schema.types)
-        self._fill = run_end_fill if narrow else None
+        self._fill = run_end_fills(self.schema)
 
     # ------------------------------------------------------------------ writing
 

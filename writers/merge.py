@@ -20,7 +20,7 @@ from typing import IO, Any, Literal, NamedTuple
 import numpy as np
 import pyarrow as pa
 
-from arrowshuffle.format.arrow_types import concat_batches, narrow_runs, run_end_fill
+from arrowshuffle.format.arrow_types import concat_batches, run_end_fills
 from arrowshuffle.format.chunks import check_chunk_crc, decode_chunk, decodes_on_threads
 from arrowshuffle.format.crc import crc32c
 from arrowshuffle.format.errors import (
@@ -234,7 +234,7 @@ class _GroupWriter:
         self.batch_rows = batch_rows
         self.codec = codec
         self._encoder = BatchEncoder(schema, codec)
-        self._narrow_runs = any(narrow_runs(t) for t in schema.types)
+        self._fill = run_end_fills(schema)
         self._schema_message: pa.Buffer | None = None
 
     @property
@@ -258,7 +258,7 @@ class _GroupWriter:
         start = self.position
         if self._rebatches(pieces):
             batches = self._decode(pieces)
-            fills = [run_end_fill(b) for b in batches] if self._narrow_runs else None
+            fills = None if self._fill is None else [self._fill(b) for b in batches]
             groups = group_batches([b.num_rows for b in batches], self.batch_rows, fills)
             if len(groups) < len(batches):
                 crc = 0
