@@ -198,12 +198,8 @@ def combine_ahead(
 def _start(group: list[pa.RecordBatch], finish: Callable[[pa.RecordBatch], _T]) -> _T | Future[_T]:
     future = None
     if sum(piece.num_rows for piece in group) >= MIN_ROWS_PER_THREAD:
-        future = submit(lambda: finish(_combine(group)))
-    return finish(_combine(group)) if future is None else future
-
-
-def _combine(pieces: list[pa.RecordBatch]) -> pa.RecordBatch:
-    return concat_batches(pieces)
+        future = submit(lambda: finish(concat_batches(group)))
+    return finish(concat_batches(group)) if future is None else future
 
 
 def _narrow(ids: np.ndarray, num_subpartitions: int) -> np.ndarray:
