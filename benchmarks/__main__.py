@@ -409,6 +409,10 @@ NOTES = """## What each benchmark measures
   At the small size the regions are smaller than the reader's default `max_gap` (256 KiB), so a
   default read merges each file's regions into one request: fewer requests, more bytes. The
   `max_gap=0` row is the same read with exact ranges (one request per region and file).
+  Its small reads open a 4M-row file and read one subpartition (or four) of 64, against a
+  standalone Arrow file of just those rows, memory-mapped, with the same codec: once for a file
+  written with the writer's defaults (one region, zstd) and once each for a 64 MiB sort buffer
+  (three regions) with LZ4 and uncompressed.
 * `polars_scan` (`benchmarks/bench_polars_scan.py`): one LazyFrame per subpartition, for every
   subpartition: `arrowshuffle.polars.scan(path, subpartitions=s)` (the opened dataset kept per
   manifest version), the same opening the dataset on every call, and `scan(opened_dataset, s)`,

@@ -261,11 +261,20 @@ def _interleaved(
 
 
 def _write_file(
-    path: Path, table: pa.Table, ids: np.ndarray, n: int, memory: int, compression: str = "none"
+    path: Path,
+    table: pa.Table,
+    ids: np.ndarray,
+    n: int,
+    memory: int | None,
+    compression: str | None = "none",
 ) -> None:
-    with ShuffleFileWriter(
-        path, table.schema, n, memory=memory, compression=compression, overwrite=True
-    ) as writer:
+    """Write ``table`` as a shuffle file; ``None`` leaves the writer's default in place."""
+    options: dict[str, Any] = {}
+    if memory is not None:
+        options["memory"] = memory
+    if compression is not None:
+        options["compression"] = compression
+    with ShuffleFileWriter(path, table.schema, n, overwrite=True, **options) as writer:
         start = 0
         for batch in table.to_batches(max_chunksize=65536):
             writer.write(batch, subpartitions=ids[start : start + batch.num_rows])
@@ -298,16 +307,24 @@ def _get_batches(reader: pa.ipc.RecordBatchFileReader) -> int:
     return int(pa.Table.from_batches(batches).num_rows)
 
 
+#: The small-read cases: the writer's defaults (its memory share and codec), and a sort buffer
+#: of ``--small-region-bytes`` (several regions) with each codec named.
+SMALL_CASES = ("defaults", "lz4", "none")
+
+
 def measure_small_reads(root: Path, args: argparse.Namespace) -> dict[str, Any]:
     """Reads of one and of four subpartitions against standalone IPC files of just those rows.
 
-    Three pairs, each timed in the same rounds: open + read + consume one subpartition vs
-    memory-mapping and reading a standalone Arrow IPC file of its rows; the same for a range of
-    four; and one subpartition of a file already open vs ``get_batch`` of every batch of the
-    standalone file, already open.
+    One file of ``--small-rows`` rows is written per case of ``--small-cases``: ``defaults``
+    writes with the writer's defaults (a share of the default memory pool, which holds these
+    rows in one region, and the default codec); a codec name writes with a sort buffer of
+    ``--small-region-bytes`` (several regions) and that codec. Each case times three pairs in
+    the same rounds: open + read + consume one subpartition vs memory-mapping and reading a
+    standalone Arrow IPC file of its rows; the same for a range of four; and one subpartition
+    of a file already open vs ``get_batch`` of every batch of the standalone file, already open.
 
     Both sides decode the same rows with the same codec (the standalone files are written with
-    ``--small-compression`` too) and Arrow's default threads (``use_threads``: pyarrow's
+    the case's codec too) and Arrow's default threads (``use_threads``: pyarrow's
     ``read_record_batch`` on our side, its file reader on the other). The standalone file
     holds its rows in as few batches as it can, while a shuffle file holds one batch per
     region at least; so the same rounds also time standalone files of exactly the batches our
@@ -317,8 +334,29 @@ def measure_small_reads(root: Path, args: argparse.Namespace) -> dict[str, Any]:
     rng = np.random.default_rng(args.seed)
     table = next(generate(rows, 1, n, args.seed)).drop_columns(["sp"])
     ids = rng.integers(0, n, rows).astype(np.int32)
+    cases = [
+        _small_case(root / case, table, ids, case, args)
+        for case in args.small_cases.split(",")
+        if case
+    ]
+    return {"rows": rows, "subpartitions": n, "cases": cases}
+
+
+def _small_case(
+    root: Path, table: pa.Table, ids: np.ndarray, case: str, args: argparse.Namespace
+) -> dict[str, Any]:
+    """One case of :func:`measure_small_reads`: its file written, its pairs timed."""
+    if case != "defaults" and case not in ("none", "lz4", "zstd"):
+        raise SystemExit(f"--small-cases: expected defaults, none, lz4 or zstd, found {case!r}")
+    root.mkdir()
+    n = args.small_subpartitions
     path = root / "small.arrow"
-    _write_file(path, table, ids, n, args.small_region_bytes, args.small_compression)
+    if case == "defaults":
+        _write_file(path, table, ids, n, None, None)
+    else:
+        _write_file(path, table, ids, n, args.small_region_bytes, case)
+    opened = open_file(path)
+    codec = opened.compression
     s = n // 2
     wanted = {1: range(s, s + 1), 4: range(s, s + 4)}
     alone: dict[int, Path] = {}
@@ -327,18 +365,16 @@ def measure_small_reads(root: Path, args: argparse.Namespace) -> dict[str, Any]:
     for count, run in wanted.items():
         mask = (ids >= run.start) & (ids < run.stop)
         alone[count] = root / f"alone-{count}.arrow"
-        _write_plain(alone[count], table.filter(pa.array(mask)), args.small_compression)
+        _write_plain(alone[count], table.filter(pa.array(mask)), codec)
         same[count] = root / f"same-batches-{count}.arrow"
-        with open_file(path) as shuffle:
-            ours = shuffle.read(run)
-            sizes[f"chunk_bytes_{count}"] = sum(c.length for c in shuffle.chunk_ranges(run))
-        _write_batches(same[count], ours.to_batches(), ours.schema, args.small_compression)
+        ours = opened.read(run)
+        sizes[f"chunk_bytes_{count}"] = sum(c.length for c in opened.chunk_ranges(run))
+        _write_batches(same[count], ours.to_batches(), ours.schema, codec)
         sizes[f"standalone_bytes_{count}"] = alone[count].stat().st_size
         sizes[f"same_batches_bytes_{count}"] = same[count].stat().st_size
         expect = int(mask.sum())
         if ash_rows(path, run) != expect or _read_plain(alone[count]) != expect:
             raise SystemExit(f"small reads disagree on subpartitions {run}")
-    opened = open_file(path)
     plain = pa.ipc.open_file(pa.memory_map(str(alone[1])))
     plain_same = pa.ipc.open_file(pa.memory_map(str(same[1])))
     methods: dict[str, Callable[[], object]] = {
@@ -365,13 +401,15 @@ def measure_small_reads(root: Path, args: argparse.Namespace) -> dict[str, Any]:
         f"{ours} / {peer}": timings[ours]["median_s"] / timings[peer]["median_s"]
         for ours, peer in zip(names[0::2], same_methods, strict=True)
     }
+    memory = "the writer's default" if case == "defaults" else f"{args.small_region_bytes} bytes"
     return {
-        "rows": rows,
-        "subpartitions": n,
-        "compression": args.small_compression,
+        "case": case,
+        "label": f"{opened.num_regions} region(s), {codec}, sort buffer {memory}",
+        "sort_buffer": memory,
+        "compression": codec,
         "threads": "Arrow's default (use_threads) on both sides",
         "regions": opened.num_regions,
-        "rows_per_subpartition": rows / n,
+        "rows_per_subpartition": table.num_rows / n,
         "batches": {
             "ours_1": len(opened.read(wanted[1]).to_batches()),
             "standalone_1": plain.num_record_batches,
@@ -688,21 +726,16 @@ def _print_local(result: dict[str, Any], local: dict[str, Any]) -> None:
 
 def _print_rest(result: dict[str, Any]) -> None:
     small = result.get("small_reads")
-    if small:
+    for case in small["cases"] if small else []:
         print(
             f"\nSmall reads: {small['rows']:,} rows, {small['subpartitions']} subpartitions, "
-            f"{small['regions']} regions, {small['compression']}"
+            f"{case['label']}"
         )
-        for name, m in small["methods"].items():
+        for name, m in (case["methods"] | case["same_batches"]).items():
             print(f"{name:52} {m['median_s'] * 1000:8.3f} ms (min {m['min_s'] * 1000:.3f})")
-        for name, m in small.get("same_batches", {}).items():
-            print(f"{name:52} {m['median_s'] * 1000:8.3f} ms (min {m['min_s'] * 1000:.3f})")
-        for name, ratio in small["ratios"].items():
+        for name, ratio in (case["ratios"] | case["same_batches_ratios"]).items():
             print(f"  {name}: {ratio:.2f}x")
-        for name, ratio in small.get("same_batches_ratios", {}).items():
-            print(f"  {name}: {ratio:.2f}x")
-        if "batches" in small:
-            print(f"  batches: {small['batches']}; bytes: {small['bytes']}")
+        print(f"  batches: {case['batches']}; bytes: {case['bytes']}")
     for projection in result.get("projection", {}).values():
         print(
             f"\nProjection ({projection['compression']}), one subpartition of "
@@ -759,7 +792,20 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--small-subpartitions", type=int, default=64)
     parser.add_argument("--small-region-bytes", type=int, default=64 << 20)
     parser.add_argument("--small-calls", type=int, default=20, help="calls per timing sample")
-    parser.add_argument("--small-compression", default="lz4", choices=("none", "lz4", "zstd"))
+    parser.add_argument(
+        "--small-cases",
+        default=",".join(SMALL_CASES),
+        help="small-read files, comma-separated: defaults (the writer's defaults) or a codec "
+        "(none, lz4, zstd) with a sort buffer of --small-region-bytes",
+    )
+    # The former option: one case, a sort buffer of --small-region-bytes and this codec.
+    parser.add_argument(
+        "--small-compression",
+        dest="small_cases",
+        choices=("none", "lz4", "zstd"),
+        default=argparse.SUPPRESS,
+        help=argparse.SUPPRESS,
+    )
     parser.add_argument("--projection-rows", type=int, default=1_000_000)
     parser.add_argument("--skip-small", action="store_true", help="skip small reads and projection")
     parser.add_argument(

@@ -217,17 +217,18 @@ def reads_figures(doc: dict[str, Any]) -> Iterator[Figure]:
             Stat.of(local[peer]),
         )
     small = doc.get("small_reads")
-    if small:
-        names = list(small["methods"])
+    for case in small.get("cases", []) if small else []:
+        names = list(case["methods"])
         for ours_name, peer_name in zip(names[0::2], names[1::2], strict=True):
             yield Figure(
                 "reads",
-                f"small read, {small['rows']:,} rows / {small['subpartitions']} subpartitions",
+                f"small read, {small['rows']:,} rows / {small['subpartitions']} subpartitions, "
+                f"{case['label']}",
                 "s",
                 ours_name,
-                Stat.of(small["methods"][ours_name]),
+                Stat.of(case["methods"][ours_name]),
                 peer_name,
-                Stat.of(small["methods"][peer_name]),
+                Stat.of(case["methods"][peer_name]),
             )
     for projection in doc.get("projection", {}).values():
         what = f"projected read, 4 of 16 columns ({projection['compression']})"
