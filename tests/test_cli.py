@@ -107,7 +107,10 @@ def test_validate_json_reports_io_errors(tmp_path: Path) -> None:
     result = run("validate", "--json", missing)
     assert result.returncode == 2
     (report,) = json.loads(result.stdout)
+    # The shape of every failed path's entry, as the README gives it.
+    assert set(report) == {"path", "ok", "error", "violations"}
     assert report["ok"] is False and report["error"] == f"{missing}: not found"
+    assert report["path"] == missing and report["violations"] == []
 
 
 def test_validate_index_path_gets_a_hint() -> None:

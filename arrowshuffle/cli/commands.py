@@ -310,7 +310,8 @@ def inspect(args: argparse.Namespace, storage: dict[str, Any], out: Output) -> i
         summary["version_in_force"] = retained[-1] if retained else opened.version
         summary["versions"] = retained
         if args.plot:
-            _plot(out, layout, args.plot, f"{opened.url} ({opened.num_files} files)")
+            files = f"{opened.num_files} file{'' if opened.num_files == 1 else 's'}"
+            _plot(out, layout, args.plot, f"{opened.url} ({files})")
         out.inspected(Inspected("dataset", summary))
         return EXIT_OK
     with opened as shuffle_file:

@@ -226,7 +226,9 @@ class JsonOutput(_Base):
     def validate_failed(self, path: str, error: CommandError) -> None:
         """The error line, and the path's entry in the list."""
         super().error(error)
-        self._reports.append({"path": path, "ok": False, "error": error.message})
+        self._reports.append(
+            {"path": path, "ok": False, "error": error.message, "violations": error.violations}
+        )
 
     def validate_done(self) -> None:
         """The list of every path's report."""
