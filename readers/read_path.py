@@ -309,4 +309,11 @@ def select_schema(schema: pa.Schema, columns: Sequence[str]) -> pa.Schema:
         raise InvalidOptionError(
             f"no column {missing[0]!r} in the data; its columns are {schema.names}"
         )
+    ambiguous = [c for c in columns if schema.names.count(c) > 1]
+    if ambiguous:
+        raise InvalidOptionError(
+            f"column {ambiguous[0]!r} is ambiguous: the data has "
+            f"{schema.names.count(ambiguous[0])} columns of that name; read without columns= "
+            "and select by position"
+        )
     return pa.schema([schema.field(c) for c in columns], metadata=schema.metadata)

@@ -8,6 +8,7 @@ of :class:`FileRead` once the reader's file and subpartition counts are known.
 
 from __future__ import annotations
 
+import numbers
 from dataclasses import dataclass
 
 from arrowshuffle.format.errors import InvalidOptionError
@@ -72,13 +73,19 @@ class Selection:
                 )
             if self.consumer is None or self.num_consumers is None:
                 raise InvalidOptionError("consumer= and num_consumers= go together; pass both")
-        if self.subpartitions is not None and not isinstance(self.subpartitions, (int, range)):
+        single = self.subpartitions
+        # A numpy integer is one id, as an int is (subpartition_runs takes both).
+        if (
+            single is not None
+            and not isinstance(single, (int, range))
+            and not isinstance(single, numbers.Integral)
+        ):
             try:  # an iterator must serve every file (and every call on a polars frame)
-                ids = list(self.subpartitions)
+                ids = list(single)
             except TypeError as exc:  # neither an int nor an iterable
                 raise InvalidOptionError(
                     "subpartitions must be an int, a range or a list of ints, "
-                    f"found {type(self.subpartitions).__name__}"
+                    f"found {type(single).__name__}"
                 ) from exc
             object.__setattr__(self, "subpartitions", ids)
 
