@@ -429,7 +429,7 @@ def polars_arrow_schema(schema: pa.Schema) -> pa.Schema:
 
     Raises:
         SchemaMismatchError: a column whose type polars cannot hold (an interval, a union, a
-            decimal of more than 38 digits), named with its type.
+            decimal of more than 38 digits, a fixed-size list of size 0), named with its type.
     """
     return pa.schema(
         [f.with_type(_polars_type(plain_type(f.type), f.name, f.type)) for f in schema],
@@ -445,6 +445,8 @@ def _polars_type(t: pa.DataType, name: str, stored: pa.DataType) -> pa.DataType:
         why = "polars has no interval type"
     elif pat.is_decimal(t) and t.precision > _POLARS_MAX_PRECISION:
         why = f"polars decimals hold at most {_POLARS_MAX_PRECISION} digits"
+    elif pat.is_fixed_size_list(t) and t.list_size == 0:
+        why = "polars fails on fixed-size lists of size 0"
     if why:
         raise SchemaMismatchError(
             f"column {name!r} has type {stored}, which polars cannot read ({why}); read it "

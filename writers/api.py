@@ -317,19 +317,19 @@ def _open_polars(
     import polars as pl
 
     if isinstance(data, pl.DataFrame):
-        table = data.to_arrow()
+        table = _polars_to_arrow(data)
         return _decoded(table.schema, iter(table.to_batches(max_chunksize=max_batch_rows)), table)
     if isinstance(data, pl.LazyFrame):
         # The schema of an empty frame of the same columns, for inputs with no rows at all.
         try:
-            schema = pl.DataFrame(schema=data.collect_schema()).to_arrow().schema
+            schema = _polars_to_arrow(pl.DataFrame(schema=data.collect_schema())).schema
         except pl.exceptions.PolarsError as exc:  # the LazyFrame's own query is wrong
             raise InvalidOptionError(f"the polars query cannot be planned: {exc}") from exc
 
         def frames() -> Iterator[pa.RecordBatch]:
             try:
                 for frame in data.collect_batches(chunk_size=max_batch_rows):
-                    yield from frame.to_arrow().to_batches(max_chunksize=max_batch_rows)
+                    yield from _polars_to_arrow(frame).to_batches(max_chunksize=max_batch_rows)
             except pl.exceptions.PolarsError as exc:  # the LazyFrame's own query failed
                 raise InvalidOptionError(f"the polars query failed: {exc}") from exc
 
@@ -340,6 +340,28 @@ def _open_polars(
     raise InvalidOptionError(
         f"write() takes a polars DataFrame or LazyFrame, found {type(data).__name__}"
     )
+
+
+def _polars_to_arrow(frame: Any) -> pa.Table:
+    """``frame.to_arrow()``, or :class:`SchemaMismatchError` naming the columns Arrow refuses.
+
+    A polars type that this pyarrow cannot import (``Int128`` in some versions, say) fails the
+    whole conversion with a message about format strings; the error names the columns instead.
+    """
+    try:
+        return frame.to_arrow()
+    except pa.ArrowException as exc:
+        refused = []
+        for name, dtype in frame.schema.items():
+            try:
+                frame.select(name).head(0).to_arrow()
+            except pa.ArrowException:
+                refused.append(f"{name!r} ({dtype})")
+        columns = ", ".join(refused) or "a column"
+        raise SchemaMismatchError(
+            f"the polars frame cannot be handed to Arrow: column(s) {columns} have no type "
+            f"this pyarrow reads ({exc}); cast them first, for example to Int64 or Decimal"
+        ) from exc
 
 
 def _decoded(

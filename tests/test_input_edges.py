@@ -1,0 +1,65 @@
+"""Inputs at the edges of what readers and writers take: each gets its answer or a clear error."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+import arrowshuffle as ash
+from arrowshuffle.format.errors import InvalidOptionError, SchemaMismatchError
+
+
+def test_a_projection_of_a_repeated_column_name_is_refused_as_ambiguous(tmp_path: Path) -> None:
+    table = pa.table([pa.array([1, 2, 3]), pa.array(["x", "y", "z"])], names=["a", "a"])
+    path = tmp_path / "dup.arrow"
+    with ash.ShuffleFileWriter(path, table.schema, 2) as writer:
+        writer.write(table, subpartitions=np.array([0, 1, 1]))
+    with ash.open_file(path) as shuffle:
+        assert shuffle.read(1).equals(table.slice(1))  # the whole rows read as written
+        with pytest.raises(InvalidOptionError, match="'a' is ambiguous: the data has 2 columns"):
+            shuffle.read(1, columns=["a"])
+
+
+def test_a_numpy_integer_selects_one_subpartition_as_an_int_does(tmp_path: Path) -> None:
+    table = pa.table({"k": [0, 1, 1, 2], "v": [10, 11, 12, 13]})
+    path = tmp_path / "t.arrow"
+    ash.write(table, path, num_subpartitions=3, partitioner="column", by="k")
+    with ash.open_file(path) as shuffle:
+        for s in range(3):
+            assert shuffle.read(np.int64(s)).equals(shuffle.read(s))
+            assert shuffle.read(np.int32(s)).column("v").to_pylist() == [
+                v for k, v in zip([0, 1, 1, 2], [10, 11, 12, 13], strict=True) if k == s
+            ]
+
+
+def test_a_polars_column_arrow_cannot_import_is_named(tmp_path: Path) -> None:
+    pl = pytest.importorskip("polars")
+    frame = pl.DataFrame({"k": [1, 2, 3], "big": pl.Series([1, 2, 3], dtype=pl.Int128)})
+    try:
+        frame.to_arrow()
+    except pa.ArrowException:
+        pass
+    else:
+        pytest.skip("this pyarrow imports polars' Int128")
+    for data in (frame, frame.lazy()):
+        with pytest.raises(SchemaMismatchError, match=r"'big' \(Int128\)"):
+            ash.write(data, tmp_path / "i128.arrow", num_subpartitions=2, overwrite=True)
+    assert not (tmp_path / "i128.arrow").exists()
+
+
+def test_polars_scans_refuse_a_fixed_size_list_of_size_0(tmp_path: Path) -> None:
+    pytest.importorskip("polars")
+    asp = pytest.importorskip("arrowshuffle.polars")
+    empty_lists = pa.Array.from_buffers(
+        pa.list_(pa.int32(), 0), 4, [None], children=[pa.array([], pa.int32())]
+    )
+    table = pa.table({"k": [0, 1, 0, 1], "e": empty_lists})
+    path = tmp_path / "fsl0.arrow"
+    ash.write(table, path, num_subpartitions=2, partitioner="column", by="k")
+    with ash.open_file(path) as shuffle:
+        assert shuffle.read(0).column("e").equals(table.column("e").slice(0, 2))
+    with pytest.raises(SchemaMismatchError, match=r"column 'e' .* fixed-size lists of size 0"):
+        asp.scan(path, subpartitions=0).collect()
