@@ -201,6 +201,7 @@ def test_validate_goes_on_after_a_path_it_cannot_check(not_shuffle_files: dict[s
         "path": not_shuffle_files["parquet"],
         "ok": False,
         "error": EXPECTED_NAMING["parquet"].format(path=not_shuffle_files["parquet"]),
+        "violations": [],
     }
     assert good["ok"] is True
 
