@@ -8,8 +8,9 @@ of :class:`FileRead` once the reader's file and subpartition counts are known.
 
 from __future__ import annotations
 
-import numbers
 from dataclasses import dataclass
+
+import numpy as np
 
 from arrowshuffle.format.errors import InvalidOptionError
 from arrowshuffle.readers.assign import consumer_assignment
@@ -74,12 +75,8 @@ class Selection:
             if self.consumer is None or self.num_consumers is None:
                 raise InvalidOptionError("consumer= and num_consumers= go together; pass both")
         single = self.subpartitions
-        # A numpy integer is one id, as an int is (subpartition_runs takes both).
-        if (
-            single is not None
-            and not isinstance(single, (int, range))
-            and not isinstance(single, numbers.Integral)
-        ):
+        # A numpy integer is one id, as an int is: the types subpartition_runs takes as one.
+        if single is not None and not isinstance(single, (int, np.integer, range)):
             try:  # an iterator must serve every file (and every call on a polars frame)
                 ids = list(single)
             except TypeError as exc:  # neither an int nor an iterable
