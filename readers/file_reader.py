@@ -92,10 +92,11 @@ INDEX_MERGE_GAP = 256 * 1024
 #: The most bytes the first request of an index asks for when a listing predicts more: until
 #: the index's header confirms the listing, its predictions are not trusted.
 FIRST_FETCH_LIMIT = 4 * 1024 * 1024
-#: A local index of at most this many entries (subpartitions x regions) is proven whole when the
-#: file is read a second time: that proof then serves every later read, as the tasks of a plan
-#: read a file one subpartition range at a time. A first read proves only what it reads (a
-#: one-subpartition read costs the same whatever N is); a larger index is proven run by run.
+#: A local index of at most this many entries (subpartitions x regions) has every entry block
+#: decoded and kept when the file is read a second time: they then serve every later read, as
+#: the tasks of a plan read a file one subpartition range at a time. A first read decodes only
+#: the blocks it reads (the place of every chunk is proven at open, from the raw entries); a
+#: larger index is decoded run by run.
 PROVE_WHOLE_ENTRIES = 1 << 16
 #: The rules of a listing (a manifest) that an index can contradict.
 _LISTING_RULES = frozenset({"M4", "M7"})
@@ -314,6 +315,7 @@ class ShuffleFile(Readable):
         self._open_index_checked(index_size, want, shape)
         if self._proof is None:
             check_regions(self.meta.regions, self.header.data_length, self.url)
+            self._check_every_chunk()
             self._remember_mapped_proof()
         if data_size is not None:
             _raise_first(
@@ -404,8 +406,9 @@ class ShuffleFile(Readable):
         """Open a local index: header, metadata and trailer now, entries when read.
 
         Decoding steps 1-7 and 9 (the trailer and the whole-index checksum, computed in place
-        at memory speed) run now; each subpartition's entry block is checked (step 8) when a
-        read first needs it, so that opening costs the same whatever the subpartition count.
+        at memory speed) run now, and so does the proof of every chunk's place (see
+        :meth:`_check_every_chunk`); each subpartition's entry block is checked (step 8) when a
+        read first needs it.
         """
         proof = _cached_proof(self.index_location.path, data)
         if proof is not None:
@@ -423,6 +426,30 @@ class ShuffleFile(Readable):
         check_trailer(self.header, view)
         self.index_crc32c = index_checksum(view)
         self._index_bytes = data
+
+    def _check_every_chunk(self) -> None:
+        """Prove the place of every chunk (V8-V11) when the open holds the whole index.
+
+        A read proves the runs it reads against their neighbours, which cannot show where the
+        chunks of the other subpartitions end: an index whose region was lengthened over the
+        next one (that region and its entries left out, the checksums recomputed) still covers
+        the data file (V21), and only the last subpartition's chunk, ending short of its
+        region, gives it away. Every other subpartition's read would silently lose that
+        region's rows. A local index (its bytes passed the whole-index checksum) and one
+        fetched whole hold every entry, so all of them are proven at once: one vectorized pass.
+        """
+        n, r = self.num_subpartitions, self.num_regions
+        if r == 0:
+            return
+        if len(self._entries) == n:  # fetched whole: every entry block decoded and checked
+            every = np.stack([self._entries[s] for s in range(n)])
+        else:
+            begin, end = self.header.sections.entry_range(r, 0, n)
+            if self._index_bytes.size < end:
+                return  # a ranged open: each read proves what it reads (spec.md, 6.5)
+            every = np.frombuffer(self._index_bytes, dtype=ENTRY_DTYPE, count=n * r, offset=begin)
+            every = every.reshape(n, r)
+        check_run(every, self.meta.regions, range(n), n, self.header.data_length, self.url)
 
     def _remember_mapped_proof(self) -> None:
         """Share this local index's proof with later opens of the same bytes (see _Proof)."""
@@ -641,19 +668,17 @@ class ShuffleFile(Readable):
         self,
         subpartitions: Subpartitions | None = None,
         *,
-        verify: bool = False,
         regions: range | None = None,
     ) -> list[ChunkRange]:
         """The chunk ranges a read of ``subpartitions`` fetches, in file order.
 
         Every chunk's place is proven from the index before anything is fetched (see
         :mod:`arrowshuffle.readers.proof`), against the entries of the neighbouring
-        subpartitions too: always for local files (they cost nothing) and, with ``verify``,
-        on object stores (fetched in the same index request as the run's own entries).
+        subpartitions too (on object stores they come in the same index request as the run's
+        own entries).
 
         Args:
             subpartitions: the selection (all by default).
-            verify: prove the runs against their neighbours' entries on object stores too.
             regions: keep only the ranges of these regions (part of a skew split).
         """
         if regions is not None and not isinstance(regions, range):
@@ -663,15 +688,14 @@ class ShuffleFile(Readable):
         selection = range(self.num_subpartitions) if subpartitions is None else subpartitions
         runs = subpartition_runs(selection, self.num_subpartitions)
         n = self.num_subpartitions
-        local = self.location.is_local
         self._prove_whole_if_read_before()
         if self._holds_bytes is not None:
             if not any(self._holds_bytes[r.start : r.stop].any() for r in runs):
                 return []  # proven: nothing to fetch
-        elif verify or local:
-            self._ensure_entries([range(max(0, r.start - 1), min(n, r.stop + 1)) for r in runs])
         else:
-            self._ensure_entries(runs)
+            # The neighbours' entries too (one more on each side, in the same request), so that
+            # two entries swapped inside a region cannot go unnoticed (spec.md, 6.5).
+            self._ensure_entries([range(max(0, r.start - 1), min(n, r.stop + 1)) for r in runs])
         broadcast = (self.meta.regions["flags"] & REGION_BROADCAST) != 0
         ranges: list[ChunkRange] = []
         for run in runs:
@@ -741,7 +765,6 @@ class ShuffleFile(Readable):
         subpartitions: Subpartitions | None = None,
         *,
         options: ReadOptions | None = None,
-        verify: bool = False,
         regions: range | None = None,
     ) -> list[FetchBlock]:
         """The ranged reads a read of ``subpartitions`` issues: planned, sorted, coalesced."""
@@ -756,7 +779,7 @@ class ShuffleFile(Readable):
             cached = self._blocks.get(key)
             if cached is not None:
                 return list(cached)
-        ranges = self.chunk_ranges(subpartitions, verify=verify, regions=regions)
+        ranges = self.chunk_ranges(subpartitions, regions=regions)
         blocks = coalesce(ranges, max_gap=options.max_gap, max_block=options.max_block)
         # Kept only when the run's plan is kept (proven for good): then so are its blocks.
         if key is not None and key[:2] in self._plans and len(self._blocks) < PLANS_KEPT:
@@ -835,7 +858,7 @@ class ShuffleFile(Readable):
         select = None if columns is None else list(columns)
         if select is not None:
             select_schema(self.schema, select)
-        blocks = self.blocks(subpartitions, options=options, verify=check, regions=regions)
+        blocks = self.blocks(subpartitions, options=options, regions=regions)
         if not blocks:
             return []
         schema, url, codec = self.schema, self.url, self.compression

@@ -14,11 +14,16 @@ requires of the chunks it returns:
 * a chunk is empty exactly when it has no bytes, no batches and no rows (V11);
 * the chunks of a contiguous run are adjacent in subpartition order; the first subpartition's
   chunk starts where its region starts and the last one's ends where its region ends (V9);
-* where the entries of the neighbouring subpartitions are at hand (always locally; with
-  ``verify`` they are fetched in the same index request on object stores), the run's first
+* against the entries of the neighbouring subpartitions (at hand locally; fetched in the same
+  index request as the run's own on object stores), the run's first
   chunk starts where its predecessor's ends and its last chunk ends where its successor's starts
   (V9), so two entries swapped inside a region cannot go unnoticed;
 * a broadcast region's entries are all its single chunk (V10).
+
+Where the open holds every entry (a local index, or one fetched whole) the same checks run over
+the whole run ``[0, N)`` at open, so that every region is proven full: a region lengthened over
+the next one (which is left out) would otherwise lose that region's rows in every read that does
+not reach the last subpartition.
 
 Decoding then checks each chunk's batches and rows against its own entry (V17, in
 :mod:`arrowshuffle.format.chunks`). The checks themselves are those of validation

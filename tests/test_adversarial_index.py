@@ -264,6 +264,48 @@ def test_a_chunk_emptied_while_its_rows_stay_is_refused(
     assert info.value.rule == "V11"
 
 
+def merge_region_into_previous(base: Path, out: Path, region: int) -> None:
+    """Copy the pair to ``out`` with ``region`` lengthened over the next one, which is dropped.
+
+    The next region's entries go with it and every checksum is recomputed: the regions still
+    cover the data file (V21), and only the last subpartition's chunk, ending short of the
+    lengthened region, contradicts the index.
+    """
+    shutil.copyfile(base, out)
+    original = decode_index(Path(f"{base}.idx").read_bytes())
+    regions = original.meta.regions.copy()
+    regions[region]["length"] += regions[region + 1]["length"]
+    keep = [r for r in range(original.num_regions) if r != region + 1]
+    raw = reencode(original, regions=regions[keep].copy(), entries=original.entries[:, keep].copy())
+    Path(f"{out}.idx").write_bytes(raw)
+
+
+@pytest.mark.parametrize("region", [0, 1])
+def test_a_region_lengthened_over_the_next_is_refused_for_every_subpartition(
+    base: tuple[Path, dict[int, list[int]]], tmp_path: Path, region: int
+) -> None:
+    """Reads that do not reach the last subpartition would lose the swallowed region's rows."""
+    import fsspec
+
+    import arrowshuffle.polars as ash_polars
+
+    path, _ = base
+    out = tmp_path / "merged.arrow"
+    merge_region_into_previous(path, out, region)
+    memory = f"memory://merged-{region}/merged.arrow"
+    fs = fsspec.filesystem("memory")
+    for suffix in ("", ".idx"):
+        fs.pipe(memory + suffix, Path(f"{out}{suffix}").read_bytes())
+    for s in range(N):
+        for where, verify in ((str(out), "auto"), (str(out), True), (memory, False)):
+            with pytest.raises(ash.CorruptFileError) as info:
+                ash.open_file(where).read(s, verify=verify)
+            assert info.value.rule == "V9", (where, s)
+        with pytest.raises(ash.CorruptFileError):
+            ash_polars.scan(str(out), subpartitions=s).collect()
+    assert not validate_file(out).ok
+
+
 LAYOUT_VECTORS = {
     "swapped_entries": "V9",
     "length_zero_rows_kept": "V11",
@@ -323,8 +365,8 @@ def test_validate_deep_cli_exits_1_for_a_swap(
 def test_a_ranged_reader_proves_chunks_against_their_neighbours(
     s3_endpoint: Any, s3_bucket: str, vector: str
 ) -> None:
-    """On object storage the reader fetches only slices of the index: with verify it asks
-    for the neighbours' entries in the same request, and refuses what they contradict."""
+    """On object storage the reader fetches only slices of the index: it asks for the
+    neighbours' entries in the same request, and refuses what they contradict."""
     import fsspec
 
     options = s3_endpoint.storage_options()
@@ -345,3 +387,32 @@ def test_a_ranged_reader_proves_chunks_against_their_neighbours(
             continue
         assert got.equals(good.read(s))
     assert refused >= 1
+
+
+@pytest.mark.parametrize("verify", [False, True])
+def test_a_ranged_reader_of_a_large_index_proves_a_run_against_its_neighbours(
+    tmp_path: Path, verify: bool
+) -> None:
+    """An index larger than the first request is read in slices: with or without ``verify``
+    the neighbours' entries come along, so a swap of two entries is refused, never read as
+    the other subpartition's rows."""
+    import fsspec
+
+    path = tmp_path / "large.arrow"
+    n = 3000
+    keys = np.arange(30_000, dtype=np.int64)
+    ash.write(pa.table({"k": keys}), path, num_subpartitions=n, by="k", compression="none")
+    raw = Path(f"{path}.idx").read_bytes()
+    assert len(raw) > 64 * 1024  # more than the first request fetches: a ranged open
+    original = decode_index(raw)
+    entries = np.array(original.entries, dtype=ENTRY_DTYPE, copy=True)
+    a, b = (int(s) for s in np.flatnonzero(entries[:, 0]["length"] > 0)[10:12])
+    entries[[a, b], 0] = entries[[b, a], 0]
+    url = f"memory://large-{int(verify)}/large.arrow"
+    fs = fsspec.filesystem("memory")
+    fs.pipe(url, path.read_bytes())
+    fs.pipe(url + ".idx", reencode(original, entries=entries))
+    for s in (a, b):
+        with pytest.raises(ash.CorruptFileError) as info:
+            ash.open_file(url).read(s, verify=verify)
+        assert info.value.rule == "V9"
