@@ -169,26 +169,55 @@ def chunk_violation(where: str, detail: str) -> Violation:
 
 
 @implements("V18")
-def check_footer_totals(
-    batches: int, rows: int, footer: Callable[[], tuple[int, int]]
+def check_footer_batches(
+    chunks: np.ndarray,
+    rows: int,
+    footer: Callable[[], tuple[np.ndarray, int]],
 ) -> Violation | None:
-    """V18: the data file's footer lists exactly the indexed batches and rows.
+    """V18: the data file's footer lists exactly the indexed batches, once each, in file order.
+
+    Equal counts alone would let a footer list one batch twice in place of another of the same
+    length, which a plain Arrow reader of the data file then returns twice: the footer's blocks
+    must also fill every chunk in file order, each chunk with as many blocks as its batches.
 
     Args:
-        batches: the batches of the distinct non-empty chunks (a broadcast chunk once).
-        rows: their rows.
-        footer: counts the footer's record batches and their rows.
+        chunks: the distinct non-empty chunks (a broadcast chunk once) in file order, as
+            ``(offset, length, batches)`` integer rows, shape ``(C, 3)``.
+        rows: the rows of those chunks.
+        footer: the footer's record-batch blocks (fields ``offset``, ``meta_length`` and
+            ``body_length``, in footer order) and the rows of its batches.
     """
     try:
-        footer_batches, footer_rows = footer()
-    except (pa.ArrowException, OSError) as exc:
-        return Violation("V18", f"the data file's record batches cannot be counted: {exc}")
-    if (footer_batches, footer_rows) == (batches, rows):
+        blocks, footer_rows = footer()
+    except (pa.ArrowException, OSError, ArrowShuffleError) as exc:
+        return Violation("V18", f"the data file's record batches cannot be listed: {exc}")
+    batches = int(chunks[:, 2].sum())
+    if (len(blocks), footer_rows) != (batches, rows):
+        return Violation(
+            "V18",
+            f"the index's chunks hold {batches} record batches and {rows} rows, the data "
+            f"file's footer lists {len(blocks)} batches and {footer_rows} rows",
+        )
+    if batches == 0:
+        return None
+    starts = blocks["offset"].astype(np.int64)
+    ends = starts + blocks["meta_length"].astype(np.int64) + blocks["body_length"].astype(np.int64)
+    # The blocks of chunk k: from the first at its offset, as many as its batches.
+    first = np.concatenate(([0], np.cumsum(chunks[:, 2])[:-1]))
+    last = first + chunks[:, 2] - 1
+    chunk_ends = chunks[:, 0] + chunks[:, 1]
+    tiled = (
+        bool((starts[1:] >= ends[:-1]).all())
+        and np.array_equal(starts[first], chunks[:, 0])
+        and np.array_equal(ends[last], chunk_ends)
+        and bool((starts[1:] == ends[:-1])[np.setdiff1d(np.arange(batches - 1), last)].all())
+    )
+    if tiled:
         return None
     return Violation(
         "V18",
-        f"the index's chunks hold {batches} record batches and {rows} rows, the data file's "
-        f"footer lists {footer_batches} batches and {footer_rows} rows",
+        f"the data file's footer lists {batches} record batches, but not each chunk's batches "
+        "once and in file order: a plain Arrow reader of the data file would return other rows",
     )
 
 

@@ -6,6 +6,7 @@ The checks are :mod:`arrowshuffle.format.data_file`; shared by the reader and th
 from __future__ import annotations
 
 import functools
+from collections.abc import Sequence
 
 import numpy as np
 import pyarrow as pa
@@ -69,47 +70,98 @@ def check_data_file(
     return footer, found
 
 
-def check_data_coverage(regions: np.ndarray, data: ByteSource) -> None:
-    """Rule V21 alone, for a reader of object storage: fetches the data file's two ends.
+#: The most bytes of a data file's end a ranged reader fetches with its first bytes, to judge
+#: the footer without another request: a footer lists 24 bytes per record batch, so this holds
+#: that of about 40,000 batches (a larger footer costs one request more).
+TAIL_FETCH_MAX = 1 << 20
 
-    The two small ranges are asked for in one call (concurrently on asynchronous stores). Ends
-    that break the rule are fetched again, up to the source's retry budget, since they may have
-    been damaged on the way; when the same bytes come back the error is raised.
+
+def check_remote_data_file(
+    header: IndexHeader,
+    schema: pa.Schema,
+    data: ByteSource,
+    regions: np.ndarray,
+    whole: pa.Buffer | None = None,
+) -> None:
+    """Rules V13-V15 and V21 for a reader of object storage, before any chunk is decoded.
+
+    The data file's first bytes and its end (from where the last region ends: the
+    end-of-stream marker, the footer, its length and the magic) are asked for in one call
+    (concurrently on asynchronous stores), and :func:`check_data_file` judges them: a data file
+    beside the wrong index, or of another schema, would otherwise have its chunks decoded with
+    the index's schema. Bytes that break a rule are fetched again, up to the source's retry
+    budget, since they may have been damaged on the way; when the same bytes come back the
+    error is raised.
+
+    Args:
+        header: the index's header.
+        schema: the index's schema.
+        data: the data file.
+        regions: the index's region table.
+        whole: the data file's bytes, when a read fetched all of them already: they are
+            judged without a request.
 
     Raises:
-        CorruptFileError: (V21) the regions do not cover the data file's record batches.
+        CorruptFileError: the first rule broken (V13, V14, V15 or V21).
     """
     size = data.size
-    if outside_data_file(regions, size, what="region") is not None:
-        return  # the reader's proof of the region table reports it (V8)
-    ends = _fetch_ends(data)
+    tail = max(0, size - TAIL_FETCH_MAX)
+    if len(regions):
+        last_end = int(regions["offset"][-1]) + int(regions["length"][-1])
+        tail = max(tail, min(last_end, size - FOOTER_LENGTH_FROM_END[0]))
+    ranges = [(0, min(SCHEMA_PREFIX[1], size)), (tail, size)]
+    if whole is not None and whole.size == size:
+        pieces = [whole.slice(begin, end - begin) for begin, end in ranges]
+    else:
+        pieces = data.read_ranges(ranges)
     attempt = 0
     while True:
-        found = check_coverage(regions, batch_start(ends[0]), batch_end(ends[1], size))
-        if found is None:
+        starts = [begin for begin, _ in ranges]
+        known = _Prefetched(data, list(zip(starts, pieces, strict=True)))
+        _, found = check_data_file(header, schema, known, regions)
+        if not found:
             return
-        error = found.error(data.url)
+        error = found[0].error(data.url)
         if not isinstance(data, RemoteSource) or attempt >= data.retry_budget:
             raise error
         attempt += 1
         data.note_refetch("the data file's ends", attempt, error)
-        fresh = _fetch_ends(data)
-        if fresh == ends:
+        fresh = data.read_ranges(ranges)
+        if all(a.equals(b) for a, b in zip(fresh, pieces, strict=True)):
             raise error
-        ends = fresh
+        pieces = fresh
 
 
-def _fetch_ends(data: ByteSource) -> tuple[bytes, bytes]:
-    """The data file's bytes at :data:`SCHEMA_PREFIX` and :data:`FOOTER_LENGTH_FROM_END`."""
-    size = data.size
-    back, forth = FOOTER_LENGTH_FROM_END
-    head, tail = data.read_ranges(
-        [
-            (min(SCHEMA_PREFIX[0], size), min(SCHEMA_PREFIX[1], size)),
-            (max(0, size - back), max(0, size - forth)),
-        ]
-    )
-    return head.to_pybytes(), tail.to_pybytes()
+class _Prefetched:
+    """A data file's source that serves the ranges inside bytes already fetched from them."""
+
+    concurrent = True
+
+    def __init__(self, data: ByteSource, pieces: list[tuple[int, pa.Buffer]]) -> None:
+        self._data = data
+        self._pieces = pieces
+        self.url = data.url
+
+    @property
+    def size(self) -> int:
+        """The data file's size."""
+        return self._data.size
+
+    def read_ranges(self, ranges: Sequence[tuple[int, int]]) -> list[pa.Buffer]:
+        """Each range from a fetched piece that holds it, else from the data file."""
+        out = []
+        for begin, end in ranges:
+            held = [
+                piece.slice(begin - at, end - begin)
+                for at, piece in self._pieces
+                if at <= begin and end <= at + piece.size
+            ]
+            out.append(held[0] if held else self._data.read_ranges([(begin, end)])[0])
+        return out
+
+    def read_prefix(self, length: int) -> pa.Buffer:
+        """The first ``length`` bytes."""
+        return self.read_ranges([(0, min(length, self.size))])[0]
 
 
 def _uncounted(data: ByteSource, ranges: list[tuple[int, int]]) -> list[pa.Buffer]:

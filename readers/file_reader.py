@@ -13,11 +13,7 @@ import numpy as np
 import pyarrow as pa
 
 from arrowshuffle.format.data_file import (
-    FOOTER_LENGTH_FROM_END,
     SCHEMA_PREFIX,
-    batch_end,
-    batch_start,
-    check_coverage,
 )
 from arrowshuffle.format.errors import FormatError, InvalidOptionError
 from arrowshuffle.format.index import (
@@ -53,16 +49,14 @@ from arrowshuffle.readers.byte_ranges import (
     plan_run,
     subpartition_runs,
 )
-from arrowshuffle.readers.data_file import check_data_coverage, check_data_file
+from arrowshuffle.readers.data_file import check_data_file, check_remote_data_file
 from arrowshuffle.readers.decode import decode_block, decode_projected
 from arrowshuffle.readers.integrity import Verify, resolve_verify
 from arrowshuffle.readers.projection import (
-    FOOTER_GUESS,
     BufferPicker,
     FileLayout,
-    footer_length,
     parse_batch_metadata,
-    parse_layout,
+    read_layout,
     selected_ranges,
 )
 from arrowshuffle.readers.proof import check_regions, check_run
@@ -246,7 +240,11 @@ class ShuffleFile(Readable):
       that follow the prefix (up to :data:`FIRST_FETCH_LIMIT` bytes), and the second, made
       only once the header agrees with the manifest, for the rest;
     * a read costs one request per region for each contiguous run of subpartitions, fewer when
-      neighbouring ranges are merged (``ReadOptions.max_gap`` and ``max_block``).
+      neighbouring ranges are merged (``ReadOptions.max_gap`` and ``max_block``);
+    * before its first chunk, the data file's first bytes and its end (from where the last
+      region ends: the footer) are fetched in one call to prove that it belongs to the index
+      (V13-V15, V21), once per opened file; a first read that is one range near both ends of
+      a small file fetches the whole file instead, with no request more.
 
     Args:
         location: the data file.
@@ -326,8 +324,8 @@ class ShuffleFile(Readable):
                 )
             )
         self._data_size = self.header.data_length
-        # The ends of the data file proven to meet the regions (V21): "first", "end".
-        self._covered: set[str] = set()
+        # Whether the data file passed V13-V15 and V21 against this index.
+        self._data_checked = False
         # The data file's footer and its dictionary batches, once a projected read needs them.
         self._layout: tuple[FileLayout, list[tuple[int, pa.Buffer]]] | None = None
 
@@ -814,7 +812,7 @@ class ShuffleFile(Readable):
             source = open_source(self.location, self._data_size)
             if isinstance(source, MappedSource):
                 self._check_local_pair(source)
-                self._covered = {"first", "end"}
+                self._data_checked = True
             self._data_source = source
         return self._data_source
 
@@ -865,11 +863,15 @@ class ShuffleFile(Readable):
         if select is not None and self._projects(select, check, blocks, options):
             return self._projected_tasks(blocks, select, options)
         source = self.data_source()
-        blocks = self._anchor_blocks(blocks, options)
+        blocks = self._whole_file_block(blocks, options)
 
         def decode(block: FetchBlock, buffers: list[pa.Buffer]) -> list[pa.RecordBatch]:
             (buffer,) = buffers
-            self._check_anchors(block, buffer)
+            if not self._data_checked:  # the block is the whole file (see _whole_file_block)
+                check_remote_data_file(
+                    self.header, self.schema, source, self.meta.regions, whole=buffer
+                )
+                self._data_checked = True
             return decode_block(
                 block, buffer, schema, url, columns=select, verify=check, compression=codec
             )
@@ -909,13 +911,7 @@ class ShuffleFile(Readable):
         if self._layout is None:
             source = self.data_source()
             size = source.size
-            # Locally the footer's length is read first, so that only the footer is touched.
-            guess = 10 if isinstance(source, MappedSource) else FOOTER_GUESS
-            (tail,) = source.read_ranges([(max(0, size - guess), size)])
-            need = footer_length(tail.to_pybytes()) + 10
-            if tail.size < need <= size:
-                (tail,) = source.read_ranges([(size - need, size)])
-            layout = parse_layout(tail.to_pybytes(), size - tail.size)
+            layout = read_layout(source)
             blocks = layout.dictionaries
             starts = blocks["offset"].astype(np.int64)
             ends = starts + blocks["meta_length"] + blocks["body_length"]
@@ -933,7 +929,7 @@ class ShuffleFile(Readable):
         source = self.data_source()
         mapped = isinstance(source, MappedSource)
         if not mapped:
-            self.check_coverage()  # V21 from the file's ends: no block is widened to prove it
+            self.check_coverage()
         layout, dictionaries = self._file_layout()
         schema, url = self.schema, self.url
         names = set(select)
@@ -1021,68 +1017,44 @@ class ShuffleFile(Readable):
         return 0
 
     def check_coverage(self) -> None:
-        """Prove that the regions cover every record batch of the data file (rule V21).
+        """Check the data file against the index before a chunk is decoded (V13-V15, V21).
 
-        Locally this is done when the data file is first opened; on object stores the first
-        read does it with the bytes it fetches anyway where it can (see :meth:`file_tasks`).
-        This fetches the data file's two ends if that has not happened yet.
+        Its length, ends, file id and schema, and that the regions cover every record batch.
+        Locally this is done when the data file is first opened; on object stores it costs
+        one request (the file's first bytes and its end, fetched together) before the first
+        read's chunks are fetched.
 
         Raises:
-            CorruptFileError: (V21) the index leaves record batches of the data file out.
+            CorruptFileError: the data file does not belong to the index, or the index leaves
+                record batches of it out.
         """
         source = self.data_source()
-        if len(self._covered) < 2:
-            check_data_coverage(self.meta.regions, source)
-            self._covered = {"first", "end"}
+        if not self._data_checked:
+            check_remote_data_file(self.header, self.schema, source, self.meta.regions)
+            self._data_checked = True
 
-    def _anchor_blocks(self, blocks: list[FetchBlock], options: ReadOptions) -> list[FetchBlock]:
-        """The blocks of a read, widened to prove V21 with the bytes they fetch, if needed.
+    def _whole_file_block(self, blocks: list[FetchBlock], options: ReadOptions) -> list[FetchBlock]:
+        """The blocks of a read, as one block of the whole file where that proves it for free.
 
-        When the first block starts near the file's start and the last one ends near its
-        footer (within ``max_gap``), they are widened to the file's first and last bytes, which
-        :meth:`_check_anchors` judges before decoding: the proof costs no request. Otherwise
-        the two ends are fetched now, in one call.
+        Before a chunk is decoded the data file must pass V13-V15 and V21, which read its first
+        bytes and its end (see :meth:`check_coverage`). When the read is one block that lies
+        within ``max_gap`` of both ends of a file of at most ``max_block`` bytes, it is widened
+        to the whole file: one request fetches both the chunks and what proves them, judged
+        before anything is decoded. Otherwise the ends are fetched now, in one call.
         """
-        if len(self._covered) == 2:
+        if self._data_checked:
             return blocks
         size = self._data_size
-        head, tail = SCHEMA_PREFIX[0], size - FOOTER_LENGTH_FROM_END[1]
-        first, last = blocks[0], blocks[-1]
-        near = (
-            first.offset - SCHEMA_PREFIX[1] <= options.max_gap
-            and first.end - head <= options.max_block
-            and size - FOOTER_LENGTH_FROM_END[0] - last.end <= options.max_gap
-            and tail - last.offset <= options.max_block
-        )
-        if not near:
+        (block,) = blocks if len(blocks) == 1 else (None,)
+        if (
+            block is None
+            or size > options.max_block
+            or block.offset > options.max_gap
+            or size - block.end > options.max_gap
+        ):
             self.check_coverage()
             return blocks
-        widened = list(blocks)
-        widened[0] = FetchBlock(min(head, first.offset), first.end, first.ranges)
-        widened[-1] = FetchBlock(widened[-1].offset, max(tail, last.end), widened[-1].ranges)
-        return widened
-
-    def _check_anchors(self, block: FetchBlock, buffer: pa.Buffer) -> None:
-        """Judge the file's bytes near its ends that a widened block fetched (rule V21)."""
-        if len(self._covered) == 2:
-            return
-        regions = self.meta.regions
-        size = self._data_size
-        found = None
-        start, stop = SCHEMA_PREFIX
-        if block.offset <= start and block.end >= stop:
-            prefix = buffer.slice(start - block.offset, stop - start).to_pybytes()
-            found = check_coverage(regions, first=batch_start(prefix))
-            if found is None:
-                self._covered.add("first")
-        start, stop = (size - n for n in FOOTER_LENGTH_FROM_END)
-        if found is None and block.offset <= start and block.end >= stop:
-            length = buffer.slice(start - block.offset, stop - start).to_pybytes()
-            found = check_coverage(regions, end=batch_end(length, size))
-            if found is None:
-                self._covered.add("end")
-        if found is not None:
-            raise found.error(self.url)
+        return [FetchBlock(0, size, block.ranges)]
 
     # ---------------------------------------------------------------- a dataset of one file
 

@@ -33,6 +33,7 @@ import pyarrow as pa
 from arrowshuffle.format.chunks import chunk_violation
 from arrowshuffle.format.errors import CorruptFileError
 from arrowshuffle.format.ipc_file import BLOCK_DTYPE, split_file_tail
+from arrowshuffle.readers.source import ByteSource, MappedSource
 
 #: The bytes a remote read first fetches from the data file's end, hoping they hold the footer.
 FOOTER_GUESS = 64 * 1024
@@ -155,6 +156,22 @@ def parse_layout(tail: bytes, tail_offset: int) -> FileLayout:
     except struct.error as exc:
         raise CorruptFileError(f"the data file's footer cannot be read: {exc}") from exc
     return FileLayout(lists[0].copy(), lists[1].copy(), tail_offset + start, tail[start:])
+
+
+def read_layout(source: ByteSource) -> FileLayout:
+    """The layout of a data file, read from its end (two requests at most on object stores).
+
+    Raises:
+        CorruptFileError: the footer cannot be read.
+    """
+    size = source.size
+    # Locally the footer's length is read first, so that only the footer is touched.
+    guess = 10 if isinstance(source, MappedSource) else FOOTER_GUESS
+    (tail,) = source.read_ranges([(max(0, size - guess), size)])
+    need = footer_length(tail.to_pybytes()) + 10
+    if tail.size < need <= size:
+        (tail,) = source.read_ranges([(size - need, size)])
+    return parse_layout(tail.to_pybytes(), size - tail.size)
 
 
 def footer_length(end: bytes) -> int:

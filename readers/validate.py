@@ -20,7 +20,7 @@ import pyarrow as pa
 
 from arrowshuffle.format.chunks import (
     check_chunk_crc,
-    check_footer_totals,
+    check_footer_batches,
     decode_chunk,
     misplaced_rows,
     placement_exemption,
@@ -36,6 +36,7 @@ from arrowshuffle.format.index import (
 from arrowshuffle.format.naming import INDEX_SUFFIX
 from arrowshuffle.format.rules import Violation, check_index
 from arrowshuffle.readers.data_file import check_data_file
+from arrowshuffle.readers.projection import read_layout
 from arrowshuffle.readers.source import ByteSource, MappedSource, open_source
 from arrowshuffle.readers.storage import resolve
 
@@ -307,11 +308,13 @@ def _deep_checks(
                         placement.add(*wrong)
     found = crc.violation("chunks") + decode.violation("chunks")
     if footer is not None:
-        totals = check_footer_totals(
-            sum(c.batches for c in chunks),
+        listed = check_footer_batches(
+            np.array([(c.offset, c.length, c.batches) for c in chunks], dtype=np.int64).reshape(
+                -1, 3
+            ),
             sum(c.rows for c in chunks),
-            lambda: (footer.num_record_batches, footer.count_rows()),
+            lambda: (read_layout(data).batches, footer.count_rows()),
         )
-        if totals is not None:
-            found.append(totals)
+        if listed is not None:
+            found.append(listed)
     return found + placement.violation("rows")

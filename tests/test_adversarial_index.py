@@ -416,3 +416,34 @@ def test_a_ranged_reader_of_a_large_index_proves_a_run_against_its_neighbours(
         with pytest.raises(ash.CorruptFileError) as info:
             ash.open_file(url).read(s, verify=verify)
         assert info.value.rule == "V9"
+
+
+@pytest.mark.parametrize("max_gap", [0, 256 * 1024], ids=["ends-fetched", "whole-file"])
+@pytest.mark.parametrize("edit", ["schema", "file id"])
+def test_a_ranged_reader_refuses_a_data_file_of_another_schema_or_index(
+    base: tuple[Path, dict[int, list[int]]], tmp_path: Path, max_gap: int, edit: str
+) -> None:
+    """Chunks decoded with a schema they were not written with give other values: a ranged
+    reader checks the data file's schema and file id (V15, V14) before it decodes any chunk,
+    whether its first read is the whole (small) file or the ends are fetched on their own."""
+    import fsspec
+
+    from arrowshuffle.readers.scheduler import ReadOptions
+
+    path, _ = base
+    original = decode_index(Path(f"{path}.idx").read_bytes())
+    if edit == "schema":  # the row ids declared as float64: the same width, other values
+        raw = reencode(original, schema=pa.schema([("row", pa.float64()), ("s", pa.string())]))
+        rule = "V15"
+    else:
+        raw = reencode(original, file_id=bytes(16))
+        rule = "V14"
+    url = f"memory://other-{edit.replace(' ', '-')}-{max_gap}/f.arrow"
+    fs = fsspec.filesystem("memory")
+    fs.pipe(url, path.read_bytes())
+    fs.pipe(url + ".idx", raw)
+    options = ReadOptions(max_gap=max_gap)
+    for verify in (False, True):
+        with pytest.raises(ash.CorruptFileError) as info:  # not one batch is handed out
+            next(iter(ash.open_file(url).iter_batches(range(N), verify=verify, options=options)))
+        assert info.value.rule == rule

@@ -69,7 +69,7 @@ def summarize(log, data_sizes):
     for r in data:
         size = data_sizes[posixpath.basename(r["path"])]
         assert r["range"] is not None, "a data file must never be fetched without a range"
-        assert r["bytes"] < size, f"a GET of {r['bytes']} bytes from a {size}-byte data file"
+        assert r["bytes"] <= size, f"a GET of {r['bytes']} bytes from a {size}-byte data file"
     return listings + versions, index, Counter(r["path"] for r in data)
 
 
@@ -79,9 +79,9 @@ def opened_once(opening) -> bool:
     return [is_versions_listing(r) for r in opening] == [True, False]
 
 
-#: With merging off (``max_gap=0``), the two small ranges near the data file's ends that prove
-#: its regions cover every record batch (rule V21), once per opened file; otherwise the read's
-#: own first and last ranges are widened to them.
+#: With merging off (``max_gap=0``), the two ranges at the data file's ends that prove it
+#: belongs to the index and that its regions cover every record batch (V13-V15, V21), once per
+#: opened file; otherwise the read's one range is widened to the whole (small) file.
 PROOF_GETS = 2
 
 

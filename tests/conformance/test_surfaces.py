@@ -31,15 +31,9 @@ FORMAT_ERRORS = re.compile(
     r"SchemaMismatchError)\b"
 )
 
-# Known failures: each names the exception the test fails with.
-SCHEMA_SEEN_LATE = Known(
-    "a ranged reader does not fetch the data file's footer before its first chunk, so it sees "
-    "a data file of another schema only while decoding a chunk (V17, refused with verify on), "
-    "not as V15",
-    AssertionError,
-)
+# Known failures: each names the exception the test fails with (none at present).
 DATASET_READER_KNOWN: dict[str, Known] = {}
-RANGED_READER_KNOWN = {"file-schema_mismatch": SCHEMA_SEEN_LATE}
+RANGED_READER_KNOWN: dict[str, Known] = {}
 
 
 def run_cli(*args: str) -> tuple[int, str, str]:

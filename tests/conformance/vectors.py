@@ -61,17 +61,13 @@ READERS = frozenset({Kind.READ, Kind.RANGED_READ})
 
 #: The kinds of surface that see each rule (spec.md, sections 6.5, 6.6, 10 and 11).
 SEEN_BY: dict[str, frozenset[Kind]] = {
-    # Index decoding (V1-V7), the reader's proof (V8-V11, V20 in the region table), the data file's
-    # ends and schema (V13, V15): checked before any row is returned. A ranged reader need not
-    # read the footer (spec.md, section 6.1) but must not decode chunks with a schema they were
-    # not written with (section 6.5), so it too refuses a V15 file.
-    **{f"V{i}": EVERY for i in (1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 13, 15)},
+    # Index decoding (V1-V7), the reader's proof (V8-V11, V20 in the region table), the data
+    # file's ends, file id and schema (V13-V15, from its first bytes and its footer, fetched in
+    # one request by a ranged reader): checked before any row is returned.
+    **{f"V{i}": EVERY for i in (1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 13, 14, 15)},
     "V20": EVERY,
     # Regions that do not cover every record batch would drop rows: refused before any is read.
     "V21": EVERY,
-    # The file id sits in the footer, which only a local reader reads before the first data read
-    # (spec.md, section 6.1); a data file of another index but with the same bytes reads alike.
-    "V14": frozenset({Kind.READ, *VALIDATORS}),
     # Readers do not read the trailer's reserved word (spec.md, section 10); validators do.
     "V20 trailer": VALIDATORS,
     # The header's total is a summary: the entries, which readers check, say where rows are.

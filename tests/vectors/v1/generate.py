@@ -626,6 +626,37 @@ def footer_repeats_first_batch(buf: bytearray) -> bytes:
     return bytes(out)
 
 
+def first_region_swallows_second(buf: bytearray) -> bytes:
+    """Re-encode the index with region 0 lengthened over region 1, which is left out."""
+    index = codec.decode_index(bytes(buf))
+    regions = index.meta.regions.copy()
+    regions[0]["length"] += regions[1]["length"]
+    keep = [r for r in range(index.num_regions) if r != 1]
+    return codec.encode_index(
+        schema=index.schema,
+        partitioner=index.meta.partitioner,
+        file_id=index.header.file_id,
+        data_length=index.header.data_length,
+        regions=regions[keep].copy(),
+        entries=index.entries[:, keep].copy(),
+        compression=index.header.compression,
+    )
+
+
+def footer_swaps_two_batches(buf: bytearray) -> bytes:
+    """The footer's first two record-batch blocks swapped: the same batches, out of order."""
+    from arrowshuffle.format.ipc_file import BLOCK_DTYPE, footer_blocks_range, split_file_tail
+
+    footer, start = split_file_tail(bytes(buf))
+    begin, _ = footer_blocks_range(footer)
+    size = BLOCK_DTYPE.itemsize
+    at = start + begin
+    first, second = bytes(buf[at : at + size]), bytes(buf[at + size : at + 2 * size])
+    out = bytearray(buf)
+    out[at : at + 2 * size] = second + first
+    return bytes(out)
+
+
 def other_schema(buf: bytearray) -> bytes:
     """Re-encode the index with the string column declared as large_string."""
     index = codec.decode_index(bytes(buf))
@@ -832,7 +863,6 @@ BROKEN = (
         "good_basic",
         "V14",
         "index of good_basic beside the same rows written with another file id (equal length)",
-        reads=same_rows,
     ),
     Broken(
         "schema_mismatch",
@@ -881,6 +911,24 @@ BROKEN = (
         edit_data=footer_repeats_first_batch,
         deep=True,
         reads=same_rows,
+    ),
+    Broken(
+        "footer_batches_swapped",
+        "good_basic",
+        "V18",
+        "the data file's footer lists its first two record batches in each other's place: the "
+        "same batches and rows, out of file order (valid without --deep)",
+        edit_data=footer_swaps_two_batches,
+        deep=True,
+        reads=same_rows,
+    ),
+    Broken(
+        "region_swallows_next",
+        "good_basic",
+        "V9",
+        "index re-encoded with region 0 lengthened over region 1, which is left out with its "
+        "entries: the regions still cover the data file, region 0's chunks do not fill it",
+        first_region_swallows_second,
     ),
     Broken(
         "misassigned_rows",
