@@ -209,8 +209,8 @@ RACES = [
 
 class Interleave:
     """Runs ``action`` once, inside the next commit, at ``step``: the commit module's calls of
-    ``list_versions`` (after it), ``read_current`` (after it) or ``create_exclusive`` (before
-    it). The action's own commits pass through unhindered."""
+    ``list_versions`` (before it: ``listing``; after it: ``listed``), ``read_current`` (after
+    it) or ``create_exclusive`` (before it). The action's own commits pass through unhindered."""
 
     def __init__(self, monkeypatch: pytest.MonkeyPatch, step: str) -> None:
         self.step = step
@@ -223,6 +223,7 @@ class Interleave:
         )
 
         def list_versions(directory):
+            self._at("listing")
             out = real_list(directory)
             self._at("listed")
             return out
@@ -379,6 +380,42 @@ def test_an_expired_base_between_listing_and_reading_it(target, monkeypatch, kin
     assert interleave.fired == 1
     assert target.versions() == ([3] if kind == "overwrite" else [3, 4])
     # The versions vacuum expired are no longer in the model's reach: check the rest.
+    scenario.model = {v: rows for v, rows in scenario.model.items() if v in target.versions()}
+    scenario.readers = [r for r in scenario.readers if r.version in scenario.model]
+    scenario.check()
+
+
+@pytest.mark.parametrize("kind", ["append", "overwrite"])
+def test_a_version_number_a_vacuum_freed_is_not_committed_below_the_one_in_force(
+    target, monkeypatch, kind
+):
+    """While a job runs on the base it read when it started (version n), another job commits
+    n + 1 and n + 2 and a vacuum expires versions n and n + 1: the name n + 1 is free again
+    while n + 2 is in force. Created there, the commit would be acknowledged but never read
+    (readers take the highest version). An append lands on n + 2 instead; an overwrite reports
+    the conflict. Never an acknowledged write that no reader sees."""
+    scenario = Scenario(target)
+    setup(target, scenario, 2)
+    base = scenario.current
+    interleave = Interleave(monkeypatch, "listing")  # the job's files are written: it commits
+
+    def intrude() -> None:
+        for tag in ("i", "j"):
+            version = target.write(tag, 3, "append").version
+            scenario.committed(version, sorted(scenario.rows() + rows_of(tag, 3)))
+        for expired in range(1, base + 2):  # as a vacuum expires them: all but the one in force
+            target.remove(f"{VERSIONS}/{expired:020d}.json")
+
+    interleave.arm(intrude)
+    if kind == "append":
+        version = target.write("v", 5, "append").version
+        assert version == base + 3
+        scenario.committed(version, sorted(scenario.rows() + rows_of("v", 5)))
+    else:
+        with pytest.raises(CommitConflictError, match=f"found version {base + 2}"):
+            target.write("v", 5, "overwrite")
+    assert interleave.fired == 1
+    assert target.versions() == ([base + 2] if kind == "overwrite" else [base + 2, base + 3])
     scenario.model = {v: rows for v, rows in scenario.model.items() if v in target.versions()}
     scenario.readers = [r for r in scenario.readers if r.version in scenario.model]
     scenario.check()

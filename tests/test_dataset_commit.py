@@ -558,3 +558,33 @@ def test_commit_on_object_storage_is_one_conditional_put_and_vacuum_cleans_up(
 
 def jobs_read_remote(url: str, options: dict[str, object]) -> dict[str, int]:
     return counts(open_dataset(url, options).read())
+
+
+@pytest.mark.parametrize("damage", ["versions directory is a file", "next version is a directory"])
+def test_a_damaged_versions_directory_fails_the_commit_at_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, damage: str
+) -> None:
+    """A name that no other commit took is not a conflict: no retries, a storage error naming
+    the path (not CommitConflictError after a minute of attempts)."""
+    import arrowshuffle as ash
+    from arrowshuffle.format.errors import ShuffleIOError
+    from arrowshuffle.format.naming import VERSIONS_DIR
+
+    table = pa.table({"k": np.arange(10, dtype=np.int64)})
+    url = str(tmp_path / "ds")
+    ash.write_dataset(table, url, num_subpartitions=2, by="k")
+    versions = Path(url) / VERSIONS_DIR
+    if damage == "versions directory is a file":
+        for name in os.listdir(versions):
+            os.remove(versions / name)
+        versions.rmdir()
+        versions.write_text("not a directory")
+        expected = "found a file"
+    else:
+        (versions / f"{2:020d}.json").mkdir()
+        expected = "found a directory"
+    attempts: list[int] = []
+    monkeypatch.setattr(commit_module, "_pause", attempts.append)
+    with pytest.raises(ShuffleIOError, match=expected):
+        ash.write_dataset(table, url, num_subpartitions=2, by="k", mode="append")
+    assert attempts == []

@@ -10,6 +10,11 @@ optimistic protocol (spec section 8.1):
 3. create version ``n + 1`` only if no other commit created it (:func:`create_exclusive`);
    if another did, go back to 1.
 
+Step 1 always lists the versions, also when the job remembers the version it started from
+(which saves the read): a vacuum may have expired that version and removed its successor's
+file meanwhile, and creating the successor's number again would succeed below the version in
+force, unseen by every reader.
+
 Only step 3 publishes anything, and it cannot half-succeed. On object stores the answer to
 step 3 can be lost, and a PUT retried after its first attempt landed answers 412: the commit
 then reads version ``n + 1`` and recognizes its own by the random commit id it carries. When
@@ -74,8 +79,8 @@ class Base:
     """The dataset a job started from: the version in force then, None when there was none.
 
     With the manifest it read, a commit's first attempt builds on it without reading it again
-    (the version is usually still in force; when it is not, creating its successor fails and
-    the commit reads the version in force).
+    when the listing shows it still in force (when another commit lands after the listing,
+    creating the successor fails and the commit reads the version in force).
     """
 
     version: int | None
@@ -153,11 +158,10 @@ def commit_version(
     check_exclusive_create(directory)
     commit_id = uuid.uuid4().hex
     for attempt in range(MAX_ATTEMPTS):
-        versions: list[VersionFile] | None = None
-        if attempt == 0 and base is not None and base.known:
+        versions = list_versions(directory)
+        if attempt == 0 and base is not None and base.known and _in_force(versions, base):
             current = base.manifest
         else:
-            versions = list_versions(directory)
             try:
                 current = read_current(directory, versions)
             except MissingObjectError:
@@ -167,7 +171,7 @@ def commit_version(
         manifest = build(current)
         if manifest is None:
             return current
-        if current is not None and versions is not None and not versions:
+        if current is not None and not versions:
             _preserve(directory, current)
         number = 1 if current is None else current.version + 1
         candidate = dataclasses.replace(
@@ -182,6 +186,17 @@ def commit_version(
         f"gave up committing to {directory.url} after {MAX_ATTEMPTS} attempts: another job "
         "committed first every time; nothing was committed"
     )
+
+
+def _in_force(versions: list[VersionFile], base: Base) -> bool:
+    """Whether the job's base is still the newest version listed (None: still no version).
+
+    A base read when the job started may be expired since, and a vacuum may have removed its
+    successor's version file: creating that number again would succeed below the version in
+    force, and no reader would ever see the commit. The listing tells.
+    """
+    newest = versions[-1].version if versions else None
+    return newest == base.version
 
 
 def _create(directory: Location, number: int, payload: bytes, commit_id: str) -> bool:

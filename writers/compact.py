@@ -344,7 +344,9 @@ def compact(
 
     Raises:
         MissingObjectError: ``path`` holds no dataset.
-        InvalidOptionError: a bad option, or the dataset changed while it was compacted.
+        InvalidOptionError: a bad option.
+        CommitConflictError: the dataset changed while it was compacted (a merged file is no
+            longer listed); nothing was replaced.
         FormatError: an input breaks a rule of the format; nothing was replaced.
 
     Example:

@@ -97,7 +97,12 @@ def create_exclusive(location: Location, payload: bytes) -> bool:
 def _link_into_place(path: str, payload: bytes) -> None:
     """Write ``payload`` durably under a temporary name, then hard-link it to ``path``."""
     directory, name = os.path.split(path)
-    os.makedirs(directory or ".", exist_ok=True)
+    try:
+        os.makedirs(directory or ".", exist_ok=True)
+    except FileExistsError as exc:  # not a name another commit took: a file, not a directory
+        raise NotADirectoryError(
+            errno.ENOTDIR, "expected the versions directory, found a file", directory
+        ) from exc
     temp = os.path.join(directory, temp_name(name))
     try:
         with open(temp, "wb") as file:
@@ -107,6 +112,10 @@ def _link_into_place(path: str, payload: bytes) -> None:
         try:
             os.link(temp, path)
         except OSError as exc:
+            if isinstance(exc, FileExistsError) and os.path.isdir(path):
+                raise IsADirectoryError(
+                    errno.EISDIR, "expected a version file or none, found a directory", path
+                ) from exc
             if exc.errno not in _NO_LINKS:
                 raise  # taken (FileExistsError), or a storage failure such as a full disk
             raise InvalidOptionError(
