@@ -392,6 +392,10 @@ class ShuffleFile(Readable):
         needs = _index_needs(self.header.sections, self.num_regions, self.num_subpartitions, want)
         missing = [(_reach(segments, b, e), e) for b, e in needs]
         wanted = merge_ranges([(b, e) for b, e in missing if b < e], max_gap=INDEX_MERGE_GAP)
+        if size is None and sum(m.end - m.begin for m in wanted) > FIRST_FETCH_LIMIT:
+            # More than any plausible index asks for, of an object of unknown size: a length
+            # read off a hostile header is reported (V4), never requested (spec.md, 5.10).
+            decode_header(memoryview(segments[0][1]), object_size=source.size)
         segments += self._fetch_index([(m.begin, m.end) for m in wanted])
         meta_end = self.header.sections.entries_offset
         self.meta = decode_meta(self.header, memoryview(_assemble(segments, 0, meta_end)))

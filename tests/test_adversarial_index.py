@@ -447,3 +447,36 @@ def test_a_ranged_reader_refuses_a_data_file_of_another_schema_or_index(
         with pytest.raises(ash.CorruptFileError) as info:  # not one batch is handed out
             next(iter(ash.open_file(url).iter_batches(range(N), verify=verify, options=options)))
         assert info.value.rule == rule
+
+
+def test_a_hostile_length_in_a_large_remote_index_is_reported_not_requested(
+    tmp_path: Path,
+) -> None:
+    """An index larger than the first request, its schema length set near 2**32 and its
+    sections and header checksum made to agree: the reader learns the object's size before
+    asking for gigabytes, and reports V4 (spec.md, 5.10)."""
+    import struct
+
+    import fsspec
+
+    from arrowshuffle.format.crc import crc32c
+    from arrowshuffle.format.index import _HEADER, IndexSections
+
+    path = tmp_path / "large.arrow"
+    keys = np.arange(30_000, dtype=np.int64)
+    ash.write(pa.table({"k": keys}), path, num_subpartitions=3000, by="k", compression="none")
+    raw = bytearray(Path(f"{path}.idx").read_bytes())
+    assert len(raw) > 64 * 1024
+    fields = list(_HEADER.unpack(bytes(raw[: _HEADER.size])))
+    fields[12] = 2**32 - 16  # the schema section's length
+    sections = IndexSections.compute(fields[3], fields[12], fields[13], fields[10], fields[11])
+    fields[14], fields[8] = sections.entries_offset, sections.index_length
+    raw[: _HEADER.size] = _HEADER.pack(*fields)
+    struct.pack_into("<I", raw, _HEADER.size - 4, crc32c(bytes(raw[: _HEADER.size - 4])))
+    url = "memory://hostile-length/large.arrow"
+    fs = fsspec.filesystem("memory")
+    fs.pipe(url, path.read_bytes())
+    fs.pipe(url + ".idx", bytes(raw))
+    with pytest.raises(ash.CorruptFileError) as info:
+        ash.open_file(url).read(5)
+    assert info.value.rule == "V4"
