@@ -486,31 +486,36 @@ def _projection(root: Path, args: argparse.Namespace, compression: str) -> dict[
 
 
 class RequestCounter:
-    """WSGI middleware in front of moto: counts requests and response bytes, per method."""
+    """WSGI middleware in front of moto: counts requests and response bytes, per method.
+
+    A request is recorded when it arrives and its bytes are counted before each is sent, so
+    that a client holding its answer finds it counted (a count taken when the server finished
+    sending could come after the client went on).
+    """
 
     def __init__(self, app: Any) -> None:
         self.app = app
         self.lock = threading.Lock()
-        self.records: list[tuple[str, str, int]] = []
+        self.records: list[list[Any]] = []
 
     def take(self) -> list[tuple[str, str, int]]:
         with self.lock:
             out, self.records = self.records, []
-        return out
+        return [(method, path, sent) for method, path, sent in out]
 
     def __call__(self, environ: dict[str, Any], start_response: Any) -> Any:
-        method, path = environ["REQUEST_METHOD"], environ.get("PATH_INFO", "")
-        sent = [0]
+        record: list[Any] = [environ["REQUEST_METHOD"], environ.get("PATH_INFO", ""), 0]
+        with self.lock:
+            self.records.append(record)
 
         def body() -> Iterator[bytes]:
             result = self.app(environ, start_response)
             try:
                 for chunk in result:
-                    sent[0] += len(chunk)
+                    with self.lock:
+                        record[2] += len(chunk)
                     yield chunk
             finally:
-                with self.lock:
-                    self.records.append((method, path, sent[0]))
                 close = getattr(result, "close", None)
                 if close is not None:
                     close()
