@@ -114,9 +114,9 @@ def check_remote_data_file(
         pieces = [whole.slice(begin, end - begin) for begin, end in ranges]
     else:
         pieces = data.read_ranges(ranges)
+    starts = [begin for begin, _ in ranges]
     attempt = 0
     while True:
-        starts = [begin for begin, _ in ranges]
         known = _Prefetched(data, list(zip(starts, pieces, strict=True)))
         _, found = check_data_file(header, schema, known, regions)
         if not found:

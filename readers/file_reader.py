@@ -12,9 +12,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from arrowshuffle.format.data_file import (
-    SCHEMA_PREFIX,
-)
+from arrowshuffle.format.data_file import SCHEMA_PREFIX
 from arrowshuffle.format.errors import FormatError, InvalidOptionError
 from arrowshuffle.format.index import (
     ENTRY_DTYPE,
@@ -1049,7 +1047,7 @@ class ShuffleFile(Readable):
         if self._data_checked:
             return blocks
         size = self._data_size
-        (block,) = blocks if len(blocks) == 1 else (None,)
+        block = blocks[0] if len(blocks) == 1 else None
         if (
             block is None
             or size > options.max_block
