@@ -148,9 +148,11 @@ def check_layout(
     if not regular.any():
         return None
     numbers = np.flatnonzero(regular)
+    if not regular.all():  # a copy of the regular regions' entries (none to drop: no copy)
+        entries, regions = entries[:, regular], regions[regular]
     return _regular_run(
-        entries[:, regular],
-        regions[regular],
+        entries,
+        regions,
         numbers,
         run,
         last=num_subpartitions is None or run.stop == num_subpartitions,
