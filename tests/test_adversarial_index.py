@@ -287,8 +287,6 @@ def test_a_region_lengthened_over_the_next_is_refused_for_every_subpartition(
     """Reads that do not reach the last subpartition would lose the swallowed region's rows."""
     import fsspec
 
-    import arrowshuffle.polars as ash_polars
-
     path, _ = base
     out = tmp_path / "merged.arrow"
     merge_region_into_previous(path, out, region)
@@ -301,9 +299,21 @@ def test_a_region_lengthened_over_the_next_is_refused_for_every_subpartition(
             with pytest.raises(ash.CorruptFileError) as info:
                 ash.open_file(where).read(s, verify=verify)
             assert info.value.rule == "V9", (where, s)
+    assert not validate_file(out).ok
+
+
+def test_a_region_lengthened_over_the_next_is_refused_by_a_polars_scan(
+    base: tuple[Path, dict[int, list[int]]], tmp_path: Path
+) -> None:
+    pytest.importorskip("polars")
+    import arrowshuffle.polars as ash_polars
+
+    path, _ = base
+    out = tmp_path / "merged.arrow"
+    merge_region_into_previous(path, out, 0)
+    for s in range(N):
         with pytest.raises(ash.CorruptFileError):
             ash_polars.scan(str(out), subpartitions=s).collect()
-    assert not validate_file(out).ok
 
 
 LAYOUT_VECTORS = {
