@@ -8,7 +8,8 @@ function of the key values:
 * ``hash`` and ``key_group``: the same function and seed, the same number of key columns, and
   key columns that Spark's hash sees alike position by position (an ``int32`` and an ``int64``
   key of equal value hash differently; ``int32`` and ``int16`` do not). Key column *names* may
-  differ (``l_orderkey`` and ``o_orderkey``).
+  differ (``l_orderkey`` and ``o_orderkey``), but the same names in another order are refused:
+  they are the same columns hashed in another order.
 * ``range``: the same boundaries, order and null placement, keys of the same kind.
 * ``global``: every row in subpartition 0.
 
@@ -176,6 +177,17 @@ def _check_pair(a_name: str, a: Partitioning, b_name: str, b: Partitioning) -> N
     a_types, b_types = a.key_types(), b.key_types()
     if len(a_types) != len(b_types):
         raise _mismatch(*a_name_b, f"they hash {len(a_types)} and {len(b_types)} key columns")
+    a_keys, b_keys = list(a.spec.get("columns", ())), list(b.spec.get("columns", ()))
+    if a_keys != b_keys and sorted(a_keys) == sorted(b_keys):
+        # Keys match by position (names may differ: l_orderkey, o_orderkey). The same names in
+        # another order are the same key columns hashed in another order: equal rows land in
+        # different subpartitions, and a join on those columns would lose its matches.
+        raise _mismatch(
+            *a_name_b,
+            f"they are keyed by the same columns in another order ({a_keys} and {b_keys}), "
+            "and keys are matched by position, so equal rows go to different subpartitions; "
+            "write both with the key columns in one order",
+        )
     for position, (x, y) in enumerate(zip(a_types, b_types, strict=True), start=1):
         kind = key_kind if a.name == "range" else hash_class
         if kind(x) != kind(y):

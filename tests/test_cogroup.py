@@ -124,6 +124,31 @@ def test_int32_and_int64_keys_are_refused_naming_both(tmp_path: Path) -> None:
     assert isinstance(caught.value, ash.InvalidOptionError)
 
 
+@pytest.mark.parametrize("partitioner", ["hash", "key_group"])
+def test_the_same_key_columns_in_another_order_are_refused(
+    tmp_path: Path, partitioner: str
+) -> None:
+    """Keys match by position: (a, b) against (b, a) would pair a with b, and a join on a
+    and b would silently lose most matches in a co-grouped task."""
+    rows = np.arange(2500)
+    left = pa.table({"lid": rows, "a": rows // 50, "b": rows % 50})
+    right = left.rename_columns(["rid", "a", "b"])
+    by_ab = make_partitioner(partitioner, num_subpartitions=8, by=["a", "b"])
+    by_ba = make_partitioner(partitioner, num_subpartitions=8, by=["b", "a"])
+    assert (by_ab.assign(left.to_batches()[0]) != by_ba.assign(left.to_batches()[0])).any()
+    ln = tmp_path / "l"
+    rt = tmp_path / "r"
+    ash.write_dataset(left, ln, num_subpartitions=8, partitioner=by_ab)
+    ash.write_dataset(right, rt, num_subpartitions=8, partitioner=by_ba)
+    with pytest.raises(ash.PartitioningMismatchError, match="same columns in another order"):
+        ash.cogroup({"l": ln, "r": rt})
+    # Names that differ still match by position.
+    renamed = right.rename_columns(["rid", "x", "y"])
+    by_xy = make_partitioner(partitioner, num_subpartitions=8, by=["x", "y"])
+    ash.write_dataset(renamed, tmp_path / "x", num_subpartitions=8, partitioner=by_xy)
+    assert ash.cogroup({"l": ln, "x": tmp_path / "x"}) is not None
+
+
 @pytest.mark.parametrize(
     ("other", "why"),
     [
