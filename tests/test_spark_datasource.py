@@ -842,3 +842,45 @@ def test_equality_filters_on_the_key_prune_subpartitions(tmp_path):
     assert selection(GreaterThan(("k",), 3)) == list(range(7))  # not an equality
     assert selection(EqualTo(("s",), "v5")) == list(range(7))  # not the key
     assert selection(EqualTo(("k",), "five")) == list(range(7))  # not an int: no pruning
+
+
+def test_nan_allowed_by_two_filters_keeps_the_subpartition_of_nan() -> None:
+    """Spark's = and IN hold for NaN = NaN: two filters that both allow NaN must keep it (two
+    NaN objects are not ==, and intersecting the filters' values with == dropped it)."""
+    from pyspark.sql.datasource import EqualTo, In
+
+    from arrowshuffle import make_partitioner
+    from arrowshuffle.spark.pruning import prune
+
+    n = 16
+    partitioner = make_partitioner("hash", num_subpartitions=n, by=["k"])
+    keys = pa.record_batch({"k": pa.array([float("nan"), 1.5])})
+    nan_home, other_home = (int(s) for s in partitioner.assign(keys))
+    filters = [EqualTo(("k",), float("nan")), In(("k",), (float("nan"), 1.5))]
+    assert prune(partitioner.spec(), keys.schema, n, filters) == {nan_home}
+    assert prune(partitioner.spec(), keys.schema, n, [In(("k",), (1.5,))]) == {other_home}
+
+
+def test_finer_instants_read_floored_as_the_partitioner_placed_them() -> None:
+    """A nanosecond timestamp before 1970 with a sub-microsecond part is placed by its floored
+    microsecond (-1500 ns is -2 us), as Spark floors it; read back as Spark's microseconds it
+    must be that same value, or a filter pruned by it reads another subpartition. Likewise a
+    date64 before 1970 that is not on a day boundary."""
+    from arrowshuffle import make_partitioner
+    from arrowshuffle.spark.types import conform
+
+    stored = pa.record_batch(
+        {
+            "ts": pa.array([-1500, -2500, 1500, None], pa.timestamp("ns", tz="UTC")),
+            "day": pa.array([-1, -86_400_001, 86_400_001, None], pa.date64()),
+        }
+    )
+    target = pa.schema([("ts", pa.timestamp("us", tz="UTC")), ("day", pa.date32())])
+    read = conform(stored, target)
+    assert read.column("ts").cast(pa.int64()).to_pylist() == [-2, -3, 1, None]
+    assert read.column("day").cast(pa.int32()).to_pylist() == [-1, -2, 1, None]
+    for column in ("ts", "day"):
+        partitioner = make_partitioner("hash", num_subpartitions=64, by=[column])
+        placed = partitioner.assign(stored.select([column]))
+        seen = partitioner.assign(read.select([column]))
+        assert list(placed) == list(seen)

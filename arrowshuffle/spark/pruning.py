@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import datetime as dt
 import itertools
+import math
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -47,9 +48,16 @@ def _allowed_values(filters: Iterable[Any], columns: Sequence[str]) -> dict[str,
             continue
         column = f.attribute[0]
         if column in allowed:  # filters are ANDed: keep values allowed by both
-            values = [v for v in allowed[column] if v in values]
+            values = [v for v in allowed[column] if any(_equal(v, w) for w in values)]
         allowed[column] = values
     return allowed
+
+
+def _equal(a: Any, b: Any) -> bool:
+    """Whether Spark's ``=`` holds between two filter values: NaN equals NaN there."""
+    if isinstance(a, float) and isinstance(b, float) and math.isnan(a) and math.isnan(b):
+        return True
+    return bool(a == b)
 
 
 def _usable(value: Any) -> bool:

@@ -13,6 +13,7 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.types as pat
 
 from arrowshuffle.format.arrow_types import plain_type, to_plain
 from arrowshuffle.format.errors import SchemaMismatchError
@@ -159,8 +160,8 @@ def conform(batch: pa.RecordBatch, target: pa.Schema) -> pa.RecordBatch:
             values = to_plain(values)
         if not values.type.equals(field.type):
             try:
-                # Narrowing a time unit (ns -> us) truncates, as Spark itself does; any
-                # other loss (overflow, bad values) is refused.
+                values = _floor_to(values, field.type)
+                # Any other loss (overflow, bad values) is refused.
                 options = pc.CastOptions(target_type=field.type, allow_time_truncate=True)
                 values = pc.cast(values, options=options)
             except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
@@ -170,3 +171,21 @@ def conform(batch: pa.RecordBatch, target: pa.Schema) -> pa.RecordBatch:
                 ) from exc
         arrays.append(values)
     return pa.RecordBatch.from_arrays(arrays, schema=target)
+
+
+_UNIT_NAMES = {"s": "second", "ms": "millisecond", "us": "microsecond", "ns": "nanosecond"}
+
+
+def _floor_to(values: pa.Array, target: pa.DataType) -> pa.Array:
+    """``values`` floored to ``target``'s coarser time unit (ns to us, date64 to days).
+
+    Spark, and the hash partitioner that placed the rows, floor a finer instant (-1500 ns is
+    -2 us); a truncating cast would give -1 us, a value that reads as another key than the
+    one the row was placed by, so that a filter pruned by that key would miss the row.
+    """
+    source = values.type
+    if pat.is_timestamp(source) and pat.is_timestamp(target) and source.unit != target.unit:
+        return pc.floor_temporal(values, unit=_UNIT_NAMES[target.unit])
+    if pat.is_date64(source) and pat.is_date32(target):
+        return pc.floor_temporal(values, unit="day")
+    return values
