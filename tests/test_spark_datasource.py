@@ -872,14 +872,27 @@ def test_finer_instants_read_floored_as_the_partitioner_placed_them() -> None:
     stored = pa.record_batch(
         {
             "ts": pa.array([-1500, -2500, 1500, None], pa.timestamp("ns", tz="UTC")),
+            # 01:30 in New York happens twice on 2020-11-01: no local time to floor in.
+            "local": pa.array(
+                [1_604_208_600_000_000_500, -1500, None, 0],
+                pa.timestamp("ns", tz="America/New_York"),
+            ),
             "day": pa.array([-1, -86_400_001, 86_400_001, None], pa.date64()),
         }
     )
-    target = pa.schema([("ts", pa.timestamp("us", tz="UTC")), ("day", pa.date32())])
+    target = pa.schema(
+        [
+            ("ts", pa.timestamp("us", tz="UTC")),
+            ("local", pa.timestamp("us", tz="UTC")),
+            ("day", pa.date32()),
+        ]
+    )
     read = conform(stored, target)
     assert read.column("ts").cast(pa.int64()).to_pylist() == [-2, -3, 1, None]
+    local = read.column("local").cast(pa.int64()).to_pylist()
+    assert local == [1_604_208_600_000_000, -2, None, 0]
     assert read.column("day").cast(pa.int32()).to_pylist() == [-1, -2, 1, None]
-    for column in ("ts", "day"):
+    for column in ("ts", "local", "day"):
         partitioner = make_partitioner("hash", num_subpartitions=64, by=[column])
         placed = partitioner.assign(stored.select([column]))
         seen = partitioner.assign(read.select([column]))

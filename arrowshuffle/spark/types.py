@@ -185,7 +185,10 @@ def _floor_to(values: pa.Array, target: pa.DataType) -> pa.Array:
     """
     source = values.type
     if pat.is_timestamp(source) and pat.is_timestamp(target) and source.unit != target.unit:
-        return pc.floor_temporal(values, unit=_UNIT_NAMES[target.unit])
+        # Floored as UTC instants: in a zone's local time an hour repeated in the autumn is
+        # ambiguous, and flooring there fails (the instants are the same either way).
+        instants = values.cast(pa.timestamp(source.unit, tz="UTC" if source.tz else None))
+        return pc.floor_temporal(instants, unit=_UNIT_NAMES[target.unit])
     if pat.is_date64(source) and pat.is_date32(target):
         return pc.floor_temporal(values, unit="day")
     return values
