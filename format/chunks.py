@@ -202,15 +202,16 @@ def check_footer_batches(
         return None
     starts = blocks["offset"].astype(np.int64)
     ends = starts + blocks["meta_length"].astype(np.int64) + blocks["body_length"].astype(np.int64)
-    # The blocks of chunk k: from the first at its offset, as many as its batches.
-    first = np.concatenate(([0], np.cumsum(chunks[:, 2])[:-1]))
-    last = first + chunks[:, 2] - 1
-    chunk_ends = chunks[:, 0] + chunks[:, 1]
+    # The blocks of chunk k: from the first at its offset, as many as its batches; inside a
+    # chunk each starts where the previous ends (the chunks, in file order, keep them in order).
+    last = np.cumsum(chunks[:, 2]) - 1
+    first = last - chunks[:, 2] + 1
+    inside = np.ones(batches - 1, dtype=bool)
+    inside[last[:-1]] = False  # block j and j + 1 in one chunk
     tiled = (
-        bool((starts[1:] >= ends[:-1]).all())
-        and np.array_equal(starts[first], chunks[:, 0])
-        and np.array_equal(ends[last], chunk_ends)
-        and bool((starts[1:] == ends[:-1])[np.setdiff1d(np.arange(batches - 1), last)].all())
+        np.array_equal(starts[first], chunks[:, 0])
+        and np.array_equal(ends[last], chunks[:, 0] + chunks[:, 1])
+        and bool((starts[1:] == ends[:-1])[inside].all())
     )
     if tiled:
         return None

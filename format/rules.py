@@ -148,7 +148,7 @@ def check_layout(
     if not regular.any():
         return None
     numbers = np.flatnonzero(regular)
-    if not regular.all():  # a copy of the regular regions' entries (none to drop: no copy)
+    if not regular.all():  # drop the broadcast regions (a copy; none to drop, no copy)
         entries, regions = entries[:, regular], regions[regular]
     return _regular_run(
         entries,

@@ -15,9 +15,9 @@ requires of the chunks it returns:
 * the chunks of a contiguous run are adjacent in subpartition order; the first subpartition's
   chunk starts where its region starts and the last one's ends where its region ends (V9);
 * against the entries of the neighbouring subpartitions (at hand locally; fetched in the same
-  index request as the run's own on object stores), the run's first
-  chunk starts where its predecessor's ends and its last chunk ends where its successor's starts
-  (V9), so two entries swapped inside a region cannot go unnoticed;
+  index request as the run's own on object stores), the run's first chunk starts where its
+  predecessor's ends and its last chunk ends where its successor's starts (V9), so two entries
+  swapped inside a region cannot go unnoticed;
 * a broadcast region's entries are all its single chunk (V10).
 
 Where the open holds every entry (a local index, or one fetched whole) the same checks run over
