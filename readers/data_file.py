@@ -133,13 +133,16 @@ def check_remote_data_file(
 
 
 class _Prefetched:
-    """A data file's source that serves the ranges inside bytes already fetched from them."""
+    """A data file's source that serves the ranges inside bytes already fetched from them.
+
+    The pieces are looked up as a :class:`SparseFile` does; any other range is fetched.
+    """
 
     concurrent = True
 
     def __init__(self, data: ByteSource, pieces: list[tuple[int, pa.Buffer]]) -> None:
         self._data = data
-        self._pieces = pieces
+        self._file = SparseFile(data.size, pieces, functools.partial(_fetch_range, data))
         self.url = data.url
 
     @property
@@ -151,12 +154,8 @@ class _Prefetched:
         """Each range from a fetched piece that holds it, else from the data file."""
         out = []
         for begin, end in ranges:
-            held = [
-                piece.slice(begin - at, end - begin)
-                for at, piece in self._pieces
-                if at <= begin and end <= at + piece.size
-            ]
-            out.append(held[0] if held else self._data.read_ranges([(begin, end)])[0])
+            self._file.seek(begin)
+            out.append(pa.py_buffer(self._file.read(end - begin)))
         return out
 
     def read_prefix(self, length: int) -> pa.Buffer:
