@@ -865,19 +865,21 @@ def test_finer_instants_read_floored_as_the_partitioner_placed_them() -> None:
     """A nanosecond timestamp before 1970 with a sub-microsecond part is placed by its floored
     microsecond (-1500 ns is -2 us), as Spark floors it; read back as Spark's microseconds it
     must be that same value, or a filter pruned by it reads another subpartition. Likewise a
-    date64 before 1970 that is not on a day boundary."""
+    date64 before 1970 that is not on a day boundary, and a negative nanosecond duration."""
     from arrowshuffle import make_partitioner
     from arrowshuffle.spark.types import conform
 
     stored = pa.record_batch(
         {
-            "ts": pa.array([-1500, -2500, 1500, None], pa.timestamp("ns", tz="UTC")),
+            # The lowest instants floor to microseconds below the lowest nanosecond.
+            "ts": pa.array([-1500, -2500, 1500, None, -(2**63) + 1], pa.timestamp("ns", tz="UTC")),
             # 01:30 in New York happens twice on 2020-11-01: no local time to floor in.
             "local": pa.array(
-                [1_604_208_600_000_000_500, -1500, None, 0],
+                [1_604_208_600_000_000_500, -1500, None, 0, -(2**63)],
                 pa.timestamp("ns", tz="America/New_York"),
             ),
-            "day": pa.array([-1, -86_400_001, 86_400_001, None], pa.date64()),
+            "day": pa.array([-1, -86_400_001, 86_400_001, None, 0], pa.date64()),
+            "span": pa.array([-1500, None, 1500, -(2**63) + 1, -1], pa.duration("ns")),
         }
     )
     target = pa.schema(
@@ -885,14 +887,19 @@ def test_finer_instants_read_floored_as_the_partitioner_placed_them() -> None:
             ("ts", pa.timestamp("us", tz="UTC")),
             ("local", pa.timestamp("us", tz="UTC")),
             ("day", pa.date32()),
+            ("span", pa.duration("us")),
         ]
     )
     read = conform(stored, target)
-    assert read.column("ts").cast(pa.int64()).to_pylist() == [-2, -3, 1, None]
+    lowest = -(2**63) // 1000  # -9223372036854775.808 us, floored
+    ts = read.column("ts").cast(pa.int64()).to_pylist()
+    assert ts == [-2, -3, 1, None, lowest]
     local = read.column("local").cast(pa.int64()).to_pylist()
-    assert local == [1_604_208_600_000_000, -2, None, 0]
-    assert read.column("day").cast(pa.int32()).to_pylist() == [-1, -2, 1, None]
-    for column in ("ts", "local", "day"):
+    assert local == [1_604_208_600_000_000, -2, None, 0, lowest]
+    assert read.column("day").cast(pa.int32()).to_pylist() == [-1, -2, 1, None, 0]
+    spans = read.column("span").cast(pa.int64()).to_pylist()
+    assert spans == [-2, None, 1, lowest, -1]
+    for column in ("ts", "local", "day", "span"):
         partitioner = make_partitioner("hash", num_subpartitions=64, by=[column])
         placed = partitioner.assign(stored.select([column]))
         seen = partitioner.assign(read.select([column]))

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.types as pat
@@ -173,22 +174,41 @@ def conform(batch: pa.RecordBatch, target: pa.Schema) -> pa.RecordBatch:
     return pa.RecordBatch.from_arrays(arrays, schema=target)
 
 
-_UNIT_NAMES = {"s": "second", "ms": "millisecond", "us": "microsecond", "ns": "nanosecond"}
+_NANOS = {"s": 1_000_000_000, "ms": 1_000_000, "us": 1_000, "ns": 1}
+_MILLIS_PER_DAY = 86_400_000
 
 
 def _floor_to(values: pa.Array, target: pa.DataType) -> pa.Array:
     """``values`` floored to ``target``'s coarser time unit (ns to us, date64 to days).
 
-    Spark, and the hash partitioner that placed the rows, floor a finer instant (-1500 ns is
-    -2 us); a truncating cast would give -1 us, a value that reads as another key than the
-    one the row was placed by, so that a filter pruned by that key would miss the row.
+    For timestamps, dates and durations. Spark, and the hash partitioner that placed the rows,
+    floor a finer instant (-1500 ns is -2 us); a truncating cast would give -1 us, a value that
+    reads as another key than the one the row was placed by, so that a filter pruned by that
+    key would miss the row. Floored as the stored integers (UTC instants for a timestamp), in
+    the target's unit: pyarrow's ``floor_temporal`` fails on a local time an autumn hour
+    repeats, wraps the lowest nanosecond instants around, and takes no durations.
     """
     source = values.type
-    if pat.is_timestamp(source) and pat.is_timestamp(target) and source.unit != target.unit:
-        # Floored as UTC instants: in a zone's local time an hour repeated in the autumn is
-        # ambiguous, and flooring there fails (the instants are the same either way).
-        instants = values.cast(pa.timestamp(source.unit, tz="UTC" if source.tz else None))
-        return pc.floor_temporal(instants, unit=_UNIT_NAMES[target.unit])
+    step = _floor_step(source, target)
+    if step <= 1:
+        return values
+    ints = values.cast(pa.int64())
+    floored = pa.array(
+        np.floor_divide(pc.fill_null(ints, 0).to_numpy(), step),
+        mask=ints.is_null().to_numpy(zero_copy_only=False),
+    )
+    if pat.is_date32(target):
+        return floored.cast(pa.int32()).cast(target)  # days beyond int32 are refused
+    if pat.is_timestamp(source):
+        return floored.cast(pa.timestamp(target.unit, tz=source.tz))
+    return floored.cast(target)
+
+
+def _floor_step(source: pa.DataType, target: pa.DataType) -> int:
+    """Source units per target unit when ``target`` is coarser, else 0."""
     if pat.is_date64(source) and pat.is_date32(target):
-        return pc.floor_temporal(values, unit="day")
-    return values
+        return _MILLIS_PER_DAY
+    same_kind = (pat.is_timestamp(source) and pat.is_timestamp(target)) or (
+        pat.is_duration(source) and pat.is_duration(target)
+    )
+    return _NANOS[target.unit] // _NANOS[source.unit] if same_kind else 0
