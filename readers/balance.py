@@ -52,6 +52,10 @@ class PlannedRead:
             too large for one task); ``None`` for all regions.
         bytes: chunk bytes the task reads (a broadcast chunk counted for each subpartition).
         rows: rows the task returns.
+        snapshot: the data the plan was made on (``Readable.snapshot``: a dataset's manifest
+            version and commit, or a file's id). File positions and regions mean nothing in
+            other data, so a reader of other data refuses the task; empty for a task made by
+            hand, which is not checked.
     """
 
     subpartitions: range
@@ -59,6 +63,7 @@ class PlannedRead:
     regions: range | None
     bytes: int
     rows: int
+    snapshot: str = ""
 
     def to_dict(self) -> dict[str, object]:
         """A JSON-serializable form (ranges as ``[start, stop)`` pairs)."""
@@ -68,6 +73,7 @@ class PlannedRead:
             "regions": None if self.regions is None else [self.regions.start, self.regions.stop],
             "bytes": self.bytes,
             "rows": self.rows,
+            "snapshot": self.snapshot,
         }
 
 

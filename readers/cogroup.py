@@ -136,6 +136,14 @@ class CoGroup:
 
     def _task(self, task: CoGroupTask | int) -> CoGroupTask:
         if isinstance(task, CoGroupTask):
+            planned = self.tasks[task.index] if 0 <= task.index < len(self.tasks) else None
+            if planned != task:
+                # A task of another plan names files and groups of other versions: read here
+                # it would give some other rows, with no sign.
+                raise InvalidOptionError(
+                    f"the task (groups {task.groups.start}-{task.groups.stop - 1}) is not one "
+                    "of this co-group's plan: read a task with the co-group that planned it"
+                )
             return task
         if isinstance(task, bool) or not isinstance(task, int):
             raise InvalidOptionError(f"task must be a CoGroupTask or its index, found {task!r}")

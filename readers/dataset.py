@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import errno
+import hashlib
 import os
 import threading
 from typing import Any
@@ -88,6 +89,20 @@ class ShuffleDataset(Readable):
         files of this version stay readable until vacuum expires it.
         """
         return self.manifest.version
+
+    @property
+    def snapshot(self) -> str:
+        """The manifest version and the commit that wrote it.
+
+        Both: a dataset written again from nothing numbers its versions again, and a commit's
+        id is random.
+        """
+        manifest = self.manifest
+        if manifest.commit_id:
+            return f"version {manifest.version} (commit {manifest.commit_id})"
+        # A manifest written before commits had ids: its file list stands for it.
+        listed = "\n".join(f.data for f in manifest.files).encode()
+        return f"version {manifest.version} (files {hashlib.sha256(listed).hexdigest()[:16]})"
 
     @property
     def num_subpartitions(self) -> int:

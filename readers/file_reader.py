@@ -1065,6 +1065,11 @@ class ShuffleFile(Readable):
         """1: a file reads as a dataset of one file."""
         return 1
 
+    @property
+    def snapshot(self) -> str:
+        """The file's id (a file rewritten in place gets another one)."""
+        return f"file id {self.header.file_id.hex()}"
+
     def file(self, i: int, *, want: Subpartitions | None = None) -> ShuffleFile:
         """This file (``i`` must be 0)."""
         if i != 0:

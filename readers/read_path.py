@@ -15,6 +15,7 @@ fetch blocks, grouped into fetch tasks and run by the read scheduler, with the t
 from __future__ import annotations
 
 import abc
+import dataclasses
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, TypeVar
@@ -69,6 +70,11 @@ class Readable(abc.ABC):
     def num_files(self) -> int:
         """How many data files the reader covers."""
 
+    @property
+    @abc.abstractmethod
+    def snapshot(self) -> str:
+        """Names exactly the data read, in words: tasks planned on other data are refused."""
+
     @abc.abstractmethod
     def file(self, i: int, *, want: Subpartitions | None = None) -> ShuffleFile:
         """The ``i``-th file, opened on first use (``want``: what a first read asks for)."""
@@ -104,7 +110,7 @@ class Readable(abc.ABC):
         Raises:
             InvalidOptionError: a selection outside the reader.
         """
-        return selection.file_reads(self.num_subpartitions, self.num_files)
+        return selection.file_reads(self.num_subpartitions, self.num_files, self.snapshot)
 
     # ---------------------------------------------------------------- planning
 
@@ -141,7 +147,7 @@ class Readable(abc.ABC):
         selection = range(self.num_subpartitions) if subpartitions is None else subpartitions
         runs = subpartition_runs(selection, self.num_subpartitions)
         sizes, rows = self.subpartition_sizes()
-        return plan_reads(
+        tasks = plan_reads(
             sizes,
             rows,
             runs,
@@ -152,6 +158,8 @@ class Readable(abc.ABC):
             skew_min_bytes=skew_min,
             max_tasks=max_tasks,
         )
+        snapshot = self.snapshot
+        return [dataclasses.replace(task, snapshot=snapshot) for task in tasks]
 
     # ---------------------------------------------------------------- fetching
 

@@ -86,14 +86,20 @@ class Selection:
                 ) from exc
             object.__setattr__(self, "subpartitions", ids)
 
-    def file_reads(self, num_subpartitions: int, num_files: int) -> list[FileRead]:
+    def file_reads(
+        self, num_subpartitions: int, num_files: int, snapshot: str = ""
+    ) -> list[FileRead]:
         """The selection over files of ``num_subpartitions`` subpartitions, in file order.
 
+        ``snapshot`` is the reader's (``Readable.snapshot``): a task planned on another one
+        is refused.
+
         Raises:
-            InvalidOptionError: subpartition ids, a consumer or task files outside the reader.
+            InvalidOptionError: subpartition ids, a consumer or task files outside the reader,
+                or a task planned on other data.
         """
         if self.task is not None:
-            return _task_reads(self.task, num_subpartitions, num_files)
+            return _task_reads(self.task, num_subpartitions, num_files, snapshot)
         if self.consumer is not None and self.num_consumers is not None:
             chosen = consumer_assignment(
                 num_subpartitions,
@@ -124,7 +130,17 @@ class Selection:
 EVERYTHING = Selection()
 
 
-def _task_reads(task: PlannedRead, num_subpartitions: int, num_files: int) -> list[FileRead]:
+def _task_reads(
+    task: PlannedRead, num_subpartitions: int, num_files: int, snapshot: str
+) -> list[FileRead]:
+    if task.snapshot and snapshot and task.snapshot != snapshot:
+        # Its file positions and regions would select other rows here, some or none of the
+        # planned ones, with no other sign.
+        raise InvalidOptionError(
+            f"the task was planned on {task.snapshot}; this reader reads {snapshot}: read it "
+            "with the dataset the plan was made on, or open that version "
+            "(open_dataset(path, version=...)), or plan again"
+        )
     subpartition_runs(task.subpartitions, num_subpartitions)  # refuses foreign ids
     bad = [f for f in task.files if not 0 <= f < num_files]
     if bad:

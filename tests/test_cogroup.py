@@ -318,6 +318,32 @@ def test_columns_pickling_versions_and_map(tmp_path: Path) -> None:
         groups.read(len(groups))
 
 
+def test_a_task_of_another_plan_is_refused(tmp_path: Path) -> None:
+    """A task names groups and, when split, file positions of the versions it was planned on:
+    read by a co-group of other versions it would give other rows, with no sign."""
+    orders, lines = tables(4)
+    o = write(orders, tmp_path / "o", 8, "o_key")
+    ln = write(lines, tmp_path / "l", 8, "l_key", files=3)
+    before = ash.cogroup({"l": ln, "o": o}, target_bytes=10_000)
+    ash.write_dataset(
+        lines.slice(0, 3000),
+        ln,
+        num_subpartitions=8,
+        partitioner="hash",
+        by=["l_key"],
+        mode="append",
+    )
+    after = ash.cogroup({"l": ln, "o": o}, target_bytes=10_000)
+    foreign = [t for t in before.tasks if t not in after.tasks]
+    assert foreign  # the appended file changes the plan
+    for task in foreign:
+        with pytest.raises(ash.InvalidOptionError, match="not one of this co-group's plan"):
+            after.read(task)
+    # Its own tasks, as objects or indexes, read together every row of its versions.
+    assert sum(after.read(t)["l"].num_rows for t in after.tasks) == lines.num_rows + 3000
+    assert sum(before.read(t)["l"].num_rows for t in before.tasks) == lines.num_rows
+
+
 def test_plan_over_object_storage_equals_local(
     tmp_path: Path, s3_bucket: str, s3_endpoint: Any
 ) -> None:

@@ -217,3 +217,75 @@ def test_a_planned_read_opens_and_proves_each_file_once(
     # The plain read proves each whole file once; the planned read proves the first task's
     # subpartition, then, at its second visit, the whole file, once.
     assert [f.proofs for f in per_dataset] == [1] * 40 + [2] * 40
+
+
+@pytest.mark.parametrize("commit", ["append", "overwrite", "compact"])
+def test_a_task_planned_on_another_version_is_refused(tmp_path: Any, commit: str) -> None:
+    """A task names file positions and regions of the version it was planned on; read from
+    another version it would give some other rows, or none, with no error."""
+    import numpy as np
+
+    import arrowshuffle as ash
+
+    path = str(tmp_path / "ds")
+
+    def rows(n: int, seed: int) -> pa.Table:
+        rng = np.random.default_rng(seed)
+        return pa.table({"k": rng.integers(0, 3, n), "v": rng.integers(0, 1 << 40, n)})
+
+    first = rows(20_000, 1)
+    for i in range(2):  # two files, so that compaction has files to merge
+        ash.write_dataset(
+            first.slice(i * 10_000, 10_000),
+            path,
+            num_subpartitions=2,
+            by="k",
+            memory="64KiB",
+            mode="error" if i == 0 else "append",
+        )
+    planned = open_dataset(path)
+    tasks = planned.plan(target_bytes="64KiB", skew_factor=1.0, skew_min_bytes=1)
+    assert len(tasks) > 1 and any(len(t.files) == 1 for t in tasks)  # split over files
+    if commit == "compact":
+        ash.compact(path)
+    else:
+        ash.write_dataset(
+            rows(30_000, 2), path, num_subpartitions=2, by="k", mode=commit, memory="64KiB"
+        )
+    latest = open_dataset(path)
+    assert latest.version == planned.version + 1
+    for task in tasks:
+        with pytest.raises(ash.InvalidOptionError, match=r"planned on version \d+ \(commit"):
+            latest.read(task=task)
+    # The version it was planned on reads it, and the tasks together give that version's rows.
+    pinned = open_dataset(path, version=planned.version)
+    together = pa.concat_tables([pinned.read(task=t) for t in tasks])
+    order = [("k", "ascending"), ("v", "ascending")]
+    assert together.sort_by(order).equals(first.sort_by(order))
+
+
+def test_a_task_planned_on_a_file_rewritten_since_is_refused(tmp_path: Any) -> None:
+    """A file written again at the same path gets a new id: a task planned on the old one is
+    refused, also when the new file has the same layout."""
+    import numpy as np
+
+    import arrowshuffle as ash
+
+    def write(seed: int) -> None:
+        rng = np.random.default_rng(seed)
+        table = pa.table({"k": rng.integers(0, 2, 5000), "v": rng.integers(0, 9, 5000)})
+        ids = table["k"].to_numpy()
+        with ash.ShuffleFileWriter(
+            data, table.schema, num_subpartitions=2, overwrite=True
+        ) as writer:
+            writer.write(table, subpartitions=ids)
+
+    data = str(tmp_path / "one.arrow")
+    write(1)
+    tasks = ash.open_file(data).plan(target_bytes=1)
+    write(2)
+    for task in tasks:
+        with pytest.raises(ash.InvalidOptionError, match="planned on file id"):
+            ash.open_file(data).read(task=task)
+    rewritten = ash.open_file(data)
+    assert sum(rewritten.read(task=t).num_rows for t in rewritten.plan(target_bytes=1)) == 5000

@@ -404,6 +404,7 @@ class PlannedPartition(InputPartition):
         regions: the regions it reads of its one file (a skew split), or ``None`` for all.
         bytes: chunk bytes the task reads.
         rows: rows the task returns.
+        snapshot: the dataset version the task was planned on.
     """
 
     def __init__(self, index: int, task: PlannedRead, num_files: int) -> None:
@@ -415,11 +416,14 @@ class PlannedPartition(InputPartition):
         self.regions = task.regions
         self.bytes = task.bytes
         self.rows = task.rows
+        self.snapshot = task.snapshot
 
     def task(self, num_files: int) -> PlannedRead:
         """The planned task again, for a dataset of ``num_files`` files."""
         files = tuple(range(num_files)) if self.files is None else self.files
-        return PlannedRead(self.subpartitions, files, self.regions, self.bytes, self.rows)
+        return PlannedRead(
+            self.subpartitions, files, self.regions, self.bytes, self.rows, self.snapshot
+        )
 
 
 def plan_partitions(selection: Sequence[int], consumers: int | None) -> list[SubpartitionSelection]:
