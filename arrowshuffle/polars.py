@@ -429,7 +429,8 @@ def polars_arrow_schema(schema: pa.Schema) -> pa.Schema:
 
     Raises:
         SchemaMismatchError: a column whose type polars cannot hold (an interval, a union, a
-            decimal of more than 38 digits, a fixed-size list of size 0), named with its type.
+            decimal of more than 38 digits, a fixed-size list of size 0, a timestamp in a
+            fixed-offset zone such as ``+05:30``), named with its type.
     """
     return pa.schema(
         [f.with_type(_polars_type(plain_type(f.type), f.name, f.type)) for f in schema],
@@ -447,6 +448,9 @@ def _polars_type(t: pa.DataType, name: str, stored: pa.DataType) -> pa.DataType:
         why = f"polars decimals hold at most {_POLARS_MAX_PRECISION} digits"
     elif pat.is_fixed_size_list(t) and t.list_size == 0:
         why = "polars fails on fixed-size lists of size 0"
+    elif pat.is_timestamp(t) and t.tz is not None and not _polars_zone(t.tz):
+        # Refused here: handed over, polars would panic building the frame's schema.
+        why = f"polars takes time zone names such as 'Asia/Kolkata', not {t.tz!r}"
     if why:
         raise SchemaMismatchError(
             f"column {name!r} has type {stored}, which polars cannot read ({why}); read it "
@@ -459,6 +463,16 @@ def _polars_type(t: pa.DataType, name: str, stored: pa.DataType) -> pa.DataType:
         return t
     mapped = [_polars_type(c, name, stored) for c in children]
     return t if mapped == children else with_child_types(t, mapped)
+
+
+def _polars_zone(zone: str) -> bool:
+    """Whether polars accepts ``zone`` as a datetime's time zone."""
+    pl = _polars()
+    try:  # the dtype alone is not checked: a series of it is
+        pl.Series([], dtype=pl.Datetime("us", zone))
+    except Exception:  # polars raises its ComputeError for a zone it cannot parse
+        return False
+    return True
 
 
 def _conform(batch: pa.RecordBatch, schema: pa.Schema) -> pa.RecordBatch:

@@ -148,6 +148,10 @@ BUILDERS: dict[str, Callable[[], pa.Array]] = {
     "timestamp_ns_utc": lambda: pa.array(
         [None if i % 5 == 0 else (T0 + i) * 1000 for i in range(N)], pa.timestamp("ns", "UTC")
     ),
+    # A fixed-offset zone: valid Arrow, which polars cannot hold.
+    "timestamp_offset_zone": lambda: pa.array(
+        [None if i % 5 == 0 else T0 + i for i in range(N)], pa.timestamp("us", "+05:30")
+    ),
     "timestamp_s": lambda: pa.array(
         [None if i % 5 == 0 else 1_700_000_000 + i for i in range(N)], pa.timestamp("s")
     ),
@@ -184,7 +188,7 @@ BUILDERS: dict[str, Callable[[], pa.Array]] = {
 }
 
 #: Types polars cannot hold: the polars reader refuses them.
-POLARS_REFUSES = {"decimal256", "interval", "dense_union"}
+POLARS_REFUSES = {"decimal256", "interval", "dense_union", "timestamp_offset_zone"}
 #: Types Spark has no equivalent for: the Spark source refuses them.
 SPARK_REFUSES = {"decimal256", "time64", "interval", "dense_union"}
 #: What the pyarrow readers return when it is not the input type (dictionaries are decoded).
