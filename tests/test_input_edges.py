@@ -63,3 +63,42 @@ def test_polars_scans_refuse_a_fixed_size_list_of_size_0(tmp_path: Path) -> None
         assert shuffle.read(0).column("e").equals(table.column("e").slice(0, 2))
     with pytest.raises(SchemaMismatchError, match=r"column 'e' .* fixed-size lists of size 0"):
         asp.scan(path, subpartitions=0).collect()
+
+
+def test_subpartition_ids_given_as_any_integer_arrow_array_place_rows_alike(
+    tmp_path: Path,
+) -> None:
+    """Ids as a run-end encoded, dictionary encoded or chunked integer array are their plain
+    values; ids of another type, or a null id, are refused by name, with nothing written."""
+    import pyarrow.compute as pc
+
+    table = pa.table({"k": pa.array(range(8), pa.int64())})
+    plain = pa.array([1, 0, 0, 1, 2, 2, 2, 0], pa.int8())
+    encoded = {
+        "run_end": pc.run_end_encode(plain),
+        "dictionary": pc.dictionary_encode(plain),
+        "chunked": pa.chunked_array([plain.slice(0, 3), plain.slice(3)]),
+    }
+    expected = [[1, 2, 7], [0, 3], [4, 5, 6]]
+    for name, ids in encoded.items():
+        path = str(tmp_path / f"{name}.arrow")
+        with ash.ShuffleFileWriter(path, table.schema, 3) as writer:
+            writer.write(table, subpartitions=ids)
+        got = [ash.open_file(path).read(s)["k"].to_pylist() for s in range(3)]
+        assert got == expected, name
+    refused = {
+        "string": pa.array(["1", "0", "0", "1", "2", "2", "2", "0"]),
+        "boolean": pa.array([True, False] * 4),
+        "decimal": pa.array([1, 0, 0, 1, 2, 2, 2, 0], pa.decimal128(5, 0)),
+        "run-end encoded string": pc.run_end_encode(pa.array(["a"] * 8)),
+    }
+    for name, ids in refused.items():
+        path = tmp_path / "refused.arrow"
+        with pytest.raises(InvalidOptionError, match="subpartition ids must be integers, found"):
+            with ash.ShuffleFileWriter(str(path), table.schema, 3) as writer:
+                writer.write(table, subpartitions=ids)
+        assert not list(tmp_path.glob("refused*")), name
+    with_null = pc.run_end_encode(pa.array([1, None, 0, 1, 2, 2, 2, 0], pa.int8()))
+    with pytest.raises(InvalidOptionError, match="must not contain nulls"):
+        with ash.ShuffleFileWriter(str(tmp_path / "null.arrow"), table.schema, 3) as writer:
+            writer.write(table, subpartitions=with_null)

@@ -28,7 +28,9 @@ import pyarrow as pa
 from arrowshuffle.format.arrow_types import (
     check_storable,
     has_dictionary,
+    plain_type,
     run_end_fills,
+    to_plain,
 )
 from arrowshuffle.format.errors import InvalidOptionError, SchemaMismatchError
 from arrowshuffle.format.index import (
@@ -373,9 +375,7 @@ class ShuffleFileWriter:
 
     def _check_ids(self, subpartitions: Any, num_rows: int) -> np.ndarray:
         if isinstance(subpartitions, (pa.Array, pa.ChunkedArray)):
-            if subpartitions.null_count:
-                raise InvalidOptionError("subpartition ids must not contain nulls")
-            subpartitions = subpartitions.to_numpy()
+            subpartitions = _ids_array(subpartitions)
         ids = np.asarray(subpartitions)
         if ids.ndim != 1 or len(ids) != num_rows:
             raise InvalidOptionError(
@@ -582,6 +582,23 @@ class ShuffleFileWriter:
                 self.close()
         else:
             self.abort()
+
+
+def _ids_array(ids: pa.Array | pa.ChunkedArray) -> np.ndarray:
+    """Subpartition ids given as Arrow: any integer array, also run-end or dictionary encoded.
+
+    Raises:
+        InvalidOptionError: ids of another type, or a null id.
+    """
+    if not pa.types.is_integer(plain_type(ids.type)):
+        raise InvalidOptionError(f"subpartition ids must be integers, found type {ids.type}")
+    chunks = ids.chunks if isinstance(ids, pa.ChunkedArray) else [ids]
+    plain = [to_plain(chunk) for chunk in chunks]
+    if any(chunk.null_count for chunk in plain):
+        raise InvalidOptionError("subpartition ids must not contain nulls")
+    if not plain:
+        return np.zeros(0, dtype=np.int64)
+    return np.concatenate([chunk.to_numpy() for chunk in plain])
 
 
 def refuse_existing(location: Location) -> None:
