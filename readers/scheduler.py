@@ -156,7 +156,8 @@ class ReadTask:
                 if fresh.equals(buffers[0]):
                     raise kind(
                         f"{exc.detail} (fetching bytes [{block.offset}, {block.end}) again "
-                        "returned the same bytes: the stored object is damaged)",
+                        "returned the same bytes: the stored object is damaged, or was replaced "
+                        "since it was opened)",
                         rule=exc.rule,
                     ) from exc
                 buffers = [fresh]
