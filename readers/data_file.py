@@ -6,7 +6,6 @@ The checks are :mod:`arrowshuffle.format.data_file`; shared by the reader and th
 from __future__ import annotations
 
 import functools
-from collections.abc import Sequence
 
 import numpy as np
 import pyarrow as pa
@@ -24,7 +23,13 @@ from arrowshuffle.format.data_file import (
 )
 from arrowshuffle.format.index import IndexHeader
 from arrowshuffle.format.rules import Violation, outside_data_file
-from arrowshuffle.readers.source import ByteSource, MappedSource, RemoteSource, SparseFile
+from arrowshuffle.readers.source import (
+    ByteSource,
+    MappedSource,
+    PrefetchedSource,
+    RemoteSource,
+    SparseFile,
+)
 
 
 def check_data_file(
@@ -117,7 +122,7 @@ def check_remote_data_file(
     starts = [begin for begin, _ in ranges]
     attempt = 0
     while True:
-        known = _Prefetched(data, list(zip(starts, pieces, strict=True)))
+        known = PrefetchedSource(data, list(zip(starts, pieces, strict=True)))
         _, found = check_data_file(header, schema, known, regions)
         if not found:
             return
@@ -130,37 +135,6 @@ def check_remote_data_file(
         if all(a.equals(b) for a, b in zip(fresh, pieces, strict=True)):
             raise error
         pieces = fresh
-
-
-class _Prefetched:
-    """A data file's source that serves the ranges inside bytes already fetched from them.
-
-    The pieces are looked up as a :class:`SparseFile` does; any other range is fetched.
-    """
-
-    concurrent = True
-
-    def __init__(self, data: ByteSource, pieces: list[tuple[int, pa.Buffer]]) -> None:
-        self._data = data
-        self._file = SparseFile(data.size, pieces, functools.partial(_fetch_range, data))
-        self.url = data.url
-
-    @property
-    def size(self) -> int:
-        """The data file's size."""
-        return self._data.size
-
-    def read_ranges(self, ranges: Sequence[tuple[int, int]]) -> list[pa.Buffer]:
-        """Each range from a fetched piece that holds it, else from the data file."""
-        out = []
-        for begin, end in ranges:
-            self._file.seek(begin)
-            out.append(pa.py_buffer(self._file.read(end - begin)))
-        return out
-
-    def read_prefix(self, length: int) -> pa.Buffer:
-        """The first ``length`` bytes."""
-        return self.read_ranges([(0, min(length, self.size))])[0]
 
 
 def _uncounted(data: ByteSource, ranges: list[tuple[int, int]]) -> list[pa.Buffer]:

@@ -383,6 +383,48 @@ def open_source(
     return RemoteSource(location, size)
 
 
+class PrefetchedSource:
+    """A source of which some ranges were fetched already, as ``(offset, bytes)`` pieces.
+
+    A range inside one piece is a zero-copy slice of it; the others are fetched from
+    ``source``, together in one call. Checks of a remote data file fetch its two ends in one
+    round trip and then read them through this: its magic, schema prefix and footer.
+    """
+
+    concurrent = True
+
+    def __init__(self, source: ByteSource, pieces: Sequence[tuple[int, pa.Buffer]]) -> None:
+        self.url = source.url
+        self._source = source
+        self._pieces = list(pieces)
+
+    @property
+    def size(self) -> int:
+        """Size of the object in bytes."""
+        return self._source.size
+
+    def _held(self, start: int, end: int) -> pa.Buffer | None:
+        for offset, piece in self._pieces:
+            if offset <= start and end <= offset + piece.size:
+                return piece.slice(start - offset, end - start)
+        return None
+
+    def read_ranges(self, ranges: Sequence[tuple[int, int]]) -> list[pa.Buffer]:
+        """Each range from a piece that holds it; the rest from the source, in one call."""
+        out: list[pa.Buffer | None] = [self._held(b, e) for b, e in ranges]
+        todo = [i for i, buffer in enumerate(out) if buffer is None]
+        if todo:
+            fetched = self._source.read_ranges([ranges[i] for i in todo])
+            for i, buffer in zip(todo, fetched, strict=True):
+                out[i] = buffer
+        return [b for b in out if b is not None]
+
+    def read_prefix(self, length: int) -> pa.Buffer:
+        """The first ``length`` bytes (all of them when the object is shorter)."""
+        (prefix,) = self.read_ranges([(0, min(length, self.size))])
+        return prefix
+
+
 class SparseFile(io.RawIOBase):
     """A read-only, seekable file of ``size`` bytes for pyarrow, of which some pieces are known.
 

@@ -35,7 +35,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from typing import Any
@@ -68,7 +68,7 @@ from arrowshuffle.format.manifest_rules import (
 from arrowshuffle.format.naming import MANIFEST_NAME, is_part_name
 from arrowshuffle.format.rule_registry import MANIFEST_RULES, Violation
 from arrowshuffle.readers.manifest_io import list_versions, load_manifest
-from arrowshuffle.readers.source import ByteSource, MappedSource, open_source
+from arrowshuffle.readers.source import ByteSource, MappedSource, PrefetchedSource, open_source
 from arrowshuffle.readers.storage import (
     Location,
     list_directory,
@@ -549,7 +549,7 @@ def _check_file(
     sums = [entries[name].sum(axis=1, dtype=np.uint64) for name in ("length", "rows")]
     report.totals = np.stack(sums).astype(np.int64)
     if not isinstance(data_source, MappedSource):
-        data_source = _Prefetched(data_source, DATA_TAIL_BYTES)
+        data_source = _ends_fetched(data_source, DATA_TAIL_BYTES)
     own = validate_decoded(data.url, index, data_source, deep=deep)
     found.extend(own.violations)
     report.summary = dict(own.summary)
@@ -577,51 +577,18 @@ def _fetch_index(source: ByteSource, size: int) -> pa.Buffer:
     return pa.py_buffer(prefix.to_pybytes() + rest.to_pybytes())
 
 
-class _Prefetched:
+def _ends_fetched(source: ByteSource, tail: int) -> PrefetchedSource:
     """A remote data file whose two ends are fetched together, in one round trip.
 
     Checking the data file reads its magic at both ends and its footer, just before the end:
-    those reads are then served from memory. Other ranges go to the object.
+    those reads are then served from memory. Other ranges go to the object. A file whose ends
+    meet is fetched whole.
     """
-
-    concurrent = True
-
-    def __init__(self, source: ByteSource, tail: int) -> None:
-        self.url = source.url
-        self._source = source
-        size = source.size
-        head_end = min(size, _DATA_HEAD_BYTES)
-        self._tail_start = max(0, size - tail)
-        if self._tail_start <= head_end:  # a small file: fetch it whole
-            (whole,) = source.read_ranges([(0, size)])
-            self._head = self._tail = whole
-            self._tail_start = 0
-        else:
-            self._head, self._tail = source.read_ranges([(0, head_end), (self._tail_start, size)])
-
-    @property
-    def size(self) -> int:
-        """Size of the data file in bytes."""
-        return self._source.size
-
-    def _cached(self, start: int, end: int) -> pa.Buffer | None:
-        if end <= self._head.size:
-            return self._head.slice(start, end - start)
-        if start >= self._tail_start:
-            return self._tail.slice(start - self._tail_start, end - start)
-        return None
-
-    def read_ranges(self, ranges: Sequence[tuple[int, int]]) -> list[pa.Buffer]:
-        """Ranges from the fetched ends when they lie there, the rest in one call."""
-        out: list[pa.Buffer | None] = [self._cached(b, e) for b, e in ranges]
-        todo = [i for i, buffer in enumerate(out) if buffer is None]
-        if todo:
-            fetched = self._source.read_ranges([ranges[i] for i in todo])
-            for i, buffer in zip(todo, fetched, strict=True):
-                out[i] = buffer
-        return [b for b in out if b is not None]
-
-    def read_prefix(self, length: int) -> pa.Buffer:
-        """The first ``length`` bytes."""
-        (prefix,) = self.read_ranges([(0, min(length, self.size))])
-        return prefix
+    size = source.size
+    head_end = min(size, _DATA_HEAD_BYTES)
+    tail_start = max(0, size - tail)
+    if tail_start <= head_end:
+        (whole,) = source.read_ranges([(0, size)])
+        return PrefetchedSource(source, [(0, whole)])
+    head, end = source.read_ranges([(0, head_end), (tail_start, size)])
+    return PrefetchedSource(source, [(0, head), (tail_start, end)])
