@@ -7,8 +7,8 @@ copies a chunk's bytes.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
-from typing import Any
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any, NamedTuple
 
 import numpy as np
 import pyarrow as pa
@@ -62,7 +62,16 @@ def decodes_on_threads(compression: str, body: float) -> bool:
     return threshold is None or body >= threshold
 
 
-@implements("V17")
+class ChunkBytes(NamedTuple):
+    """One chunk to decode: exactly its bytes, and what its entry declares of them."""
+
+    data: pa.Buffer
+    batches: int
+    rows: int
+    #: Names the chunk, for messages.
+    where: str
+
+
 def decode_chunk(
     data: pa.Buffer,
     schema: pa.Schema,
@@ -75,9 +84,7 @@ def decode_chunk(
 ) -> list[pa.RecordBatch]:
     """V17: decode a chunk into exactly its declared record batches and rows.
 
-    The bytes must be exactly ``batches`` encapsulated record-batch messages of ``schema``
-    holding ``rows`` rows; each chunk is decoded from its own bytes, since totals that agree
-    over several chunks could hide rows moved between them.
+    The one-chunk case of :func:`decode_chunks`, which says what is checked.
 
     Args:
         data: exactly the chunk's bytes.
@@ -95,68 +102,118 @@ def decode_chunk(
     Raises:
         CorruptFileError: (V17) with what was expected and what was found.
     """
-    reader = pa.BufferReader(data)
+    chunk = ChunkBytes(data, batches, rows, where)
+    return decode_chunks([chunk], schema, full=full, compression=compression)
+
+
+@implements("V17")
+def decode_chunks(
+    chunks: Sequence[ChunkBytes],
+    schema: pa.Schema,
+    *,
+    full: bool = True,
+    compression: str = "none",
+) -> list[pa.RecordBatch]:
+    """V17: decode chunks, in order, each into exactly its declared record batches and rows.
+
+    Each chunk's bytes must be exactly ``batches`` encapsulated record-batch messages of
+    ``schema`` holding ``rows`` rows; each chunk is decoded from its own bytes, since totals
+    that agree over several chunks could hide rows moved between them. Decoding stops at the
+    first chunk that breaks the rule.
+
+    Consecutive compressed chunks of small batches are decoded by one stream reader, each
+    chunk checked to end exactly where its bytes end: opening a reader costs more than
+    decoding a chunk of a few thousand rows, and a read of many subpartitions decodes many.
+
+    Args:
+        chunks: the chunks, in the order they are read.
+        schema: the file's schema.
+        full: as for :func:`decode_chunk`.
+        compression: as for :func:`decode_chunk`.
+
+    Raises:
+        CorruptFileError: (V17) with what was expected and what was found.
+    """
     out: list[pa.RecordBatch] = []
-    messages: list[pa.ipc.Message] = []
-    try:
-        for _ in range(batches):
-            message = pa.ipc.read_message(reader)
-            if message.type != "record batch":
-                raise Violation(
-                    "V17",
-                    f"{where}: batch {len(messages)} is a {message.type!r} message, expected a "
-                    "record batch",
-                ).error()
-            messages.append(message)
-        for batch in _decode_messages(data, reader.tell(), messages, schema, compression):
-            if full:
-                batch.validate(full=True)
-            out.append(batch)
-    except (pa.ArrowException, OSError, EOFError) as exc:
-        # Damaged bytes surface as any pyarrow error: invalid, IO, out of memory for a hostile
-        # declared length, or an end of stream in the middle of a message.
-        failed = len(out) if len(messages) == batches else len(messages)
-        raise Violation(
-            "V17",
-            f"{where}: expected {batches} record batches of the file's schema, batch {failed} "
-            f"does not decode: {exc}",
-        ).error() from exc
-    found = sum(b.num_rows for b in out)
-    if found != rows or reader.tell() != data.size:
-        raise Violation(
-            "V17",
-            f"{where}: expected {batches} batches with {rows} rows in {data.size} bytes, "
-            f"decoded {found} rows from {reader.tell()} bytes",
-        ).error()
+    stream: _SharedStream | None = None
+    for k, chunk in enumerate(chunks):
+        reader = pa.BufferReader(chunk.data)
+        messages: list[pa.ipc.Message] = []
+        decoded: list[pa.RecordBatch] = []
+        try:
+            for _ in range(chunk.batches):
+                message = pa.ipc.read_message(reader)
+                if message.type != "record batch":
+                    raise Violation(
+                        "V17",
+                        f"{chunk.where}: batch {len(messages)} is a {message.type!r} message, "
+                        "expected a record batch",
+                    ).error()
+                messages.append(message)
+            end = reader.tell()
+            if messages and not decodes_on_threads(compression, max(m.body.size for m in messages)):
+                if stream is None:
+                    stream = _SharedStream.open(schema, [c.data for c in chunks[k:]])
+            else:
+                stream = None  # the next chunk decoded as a stream starts a stream of its own
+            if stream is not None and stream.reader is not None:
+                found = stream.next_chunk(len(messages), end, chunk.data.size)
+            else:
+                found = (pa.ipc.read_record_batch(m, schema) for m in messages)
+            for batch in found:
+                if full:
+                    batch.validate(full=True)
+                decoded.append(batch)
+        except (pa.ArrowException, OSError, EOFError) as exc:
+            # Damaged bytes surface as any pyarrow error: invalid, IO, out of memory for a
+            # hostile declared length, or an end of stream in the middle of a message.
+            failed = len(decoded) if len(messages) == chunk.batches else len(messages)
+            raise Violation(
+                "V17",
+                f"{chunk.where}: expected {chunk.batches} record batches of the file's schema, "
+                f"batch {failed} does not decode: {exc}",
+            ).error() from exc
+        rows = sum(b.num_rows for b in decoded)
+        if rows != chunk.rows or end != chunk.data.size:
+            raise Violation(
+                "V17",
+                f"{chunk.where}: expected {chunk.batches} batches with {chunk.rows} rows in "
+                f"{chunk.data.size} bytes, decoded {rows} rows from {end} bytes",
+            ).error()
+        out.extend(decoded)
     return out
 
 
-def _decode_messages(
-    data: pa.Buffer,
-    end: int,
-    messages: list[pa.ipc.Message],
-    schema: pa.Schema,
-    compression: str,
-) -> Iterator[pa.RecordBatch]:
-    """The batches of ``messages``, the record-batch messages in ``data[:end]``.
+class _SharedStream:
+    """One stream reader over consecutive chunks: the schema's message, then their bytes.
 
-    Uncompressed batches, and chunks with a large compressed batch, are decoded one message at
-    a time (zero-copy; Arrow's threads decompress). Other compressed chunks are read as one
-    stream without Arrow's threads.
+    Batches are decoded without Arrow's threads. ``reader`` is None when the stream's schema,
+    read back from its message, differs from the file's: it does when an extension type was
+    registered (or unregistered) since the file's schema was read, and every batch of a read
+    must carry the one schema. Such chunks are decoded message by message.
     """
-    stream = None
-    if messages and not decodes_on_threads(compression, max(m.body.size for m in messages)):
-        stream = BatchStream(schema.serialize(), [data.slice(0, end)], use_threads=False)
-        # The stream's schema is the message read back: it differs from ``schema`` when an
-        # extension type was registered (or unregistered) since ``schema`` was read, and
-        # every batch of a read must carry the one schema.
-        if not stream.schema.equals(schema, check_metadata=True):
-            stream = None
-    if stream is None:
-        for message in messages:
-            yield pa.ipc.read_record_batch(message, schema)
-    else:
-        yield from stream.batches(len(messages), end)
+
+    def __init__(self, reader: BatchStream | None) -> None:
+        self.reader = reader
+        #: Bytes of the chunks already read through the stream.
+        self.consumed = 0
+
+    @classmethod
+    def open(cls, schema: pa.Schema, parts: list[pa.Buffer]) -> _SharedStream:
+        """A stream over ``parts``, the bytes of the chunks still to decode, in order."""
+        reader = BatchStream(schema.serialize(), parts, use_threads=False)
+        return cls(reader if reader.schema.equals(schema, check_metadata=True) else None)
+
+    def next_chunk(self, count: int, end: int, size: int) -> Iterator[pa.RecordBatch]:
+        """The next chunk's ``count`` batches, which must end ``end`` bytes into its ``size``.
+
+        Raises:
+            pyarrow.ArrowInvalid: they end elsewhere (the stream is then out of step, and
+                the caller stops at this chunk).
+        """
+        assert self.reader is not None
+        start, self.consumed = self.consumed, self.consumed + size
+        return self.reader.batches(count, start + end)
 
 
 def chunk_violation(where: str, detail: str) -> Violation:

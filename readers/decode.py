@@ -10,7 +10,12 @@ from collections.abc import Iterator, Mapping
 
 import pyarrow as pa
 
-from arrowshuffle.format.chunks import check_chunk_crc, chunk_violation, decode_chunk
+from arrowshuffle.format.chunks import (
+    ChunkBytes,
+    check_chunk_crc,
+    chunk_violation,
+    decode_chunks,
+)
 from arrowshuffle.readers.byte_ranges import Chunk, ChunkRange, FetchBlock
 
 
@@ -46,18 +51,18 @@ def decode_range(
 
     Each chunk is decoded from its own bytes and must hold exactly the batches and rows its
     entry declares. ``full`` adds Arrow's full validation of every batch; ``compression`` is
-    the file's codec (it chooses how batches are decompressed, see ``decode_chunk``).
+    the file's codec (it chooses how batches are decompressed, see ``decode_chunks``).
     """
-    batches: list[pa.RecordBatch] = []
-    for chunk in chunk_range.chunks:
-        piece = buffer.slice(chunk.offset - chunk_range.offset, chunk.length)
-        where = _where(url, chunk_range.region, chunk)
-        batches.extend(
-            decode_chunk(
-                piece, schema, chunk.batches, chunk.rows, where, full=full, compression=compression
-            )
+    chunks = [
+        ChunkBytes(
+            buffer.slice(chunk.offset - chunk_range.offset, chunk.length),
+            chunk.batches,
+            chunk.rows,
+            _where(url, chunk_range.region, chunk),
         )
-    return batches
+        for chunk in chunk_range.chunks
+    ]
+    return decode_chunks(chunks, schema, full=full, compression=compression)
 
 
 def repeat(batches: list[pa.RecordBatch], times: int) -> Iterator[pa.RecordBatch]:

@@ -17,7 +17,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from arrowshuffle.format import chunks
-from arrowshuffle.format.chunks import THREADED_DECODE_MIN_BODY, decode_chunk
+from arrowshuffle.format.chunks import (
+    THREADED_DECODE_MIN_BODY,
+    ChunkBytes,
+    decode_chunk,
+    decode_chunks,
+)
 from arrowshuffle.format.errors import FormatError
 from arrowshuffle.format.ipc_stream import BatchStream, _ChainedBuffers
 from arrowshuffle.writers.merge import _GroupWriter, _Piece
@@ -169,6 +174,70 @@ def test_a_schema_message_inside_a_compressed_chunk_breaks_v17() -> None:
     with pytest.raises(FormatError, match="batch 0 is a 'schema' message") as caught:
         decode_chunk(mixed, table.schema, 2, 100, WHERE, compression="zstd")
     assert caught.value.rule == "V17"
+
+
+def _range_of_chunks(codec: str) -> tuple[pa.Schema, list[ChunkBytes], list[pa.Table]]:
+    """Four consecutive chunks of one range, cut from one buffer as a reader fetches them.
+
+    Chunk 2 holds one batch of 40,000 rows, whose body is above the threaded threshold.
+    """
+    tables = [sample_table(rows, seed) for seed, rows in enumerate([1700, 1, 40_000, 2500])]
+    pieces = [chunk_bytes(t, codec, 1000 if t.num_rows < 10_000 else 40_000) for t in tables]
+    whole = _join(*(data for data, _ in pieces))
+    chunks_, offset = [], 0
+    for i, ((data, count), table) in enumerate(zip(pieces, tables, strict=True)):
+        where = f"chunk (region 0, subpartition {i})"
+        chunks_.append(ChunkBytes(whole.slice(offset, data.size), count, table.num_rows, where))
+        offset += data.size
+    return tables[0].schema, chunks_, tables
+
+
+@pytest.mark.parametrize("codec", ["lz4", "zstd"])
+def test_consecutive_chunks_decode_as_each_alone_through_fewer_readers(
+    codec: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    schema, range_, tables = _range_of_chunks(codec)
+    assert range_[2].data.size > THREADED_DECODE_MIN_BODY[codec]  # the large one is threaded
+    opened: list[int] = []
+    real_open = chunks._SharedStream.open
+
+    def counted_open(schema: pa.Schema, parts: list[pa.Buffer]) -> Any:
+        opened.append(len(parts))
+        return real_open(schema, parts)
+
+    monkeypatch.setattr(chunks._SharedStream, "open", counted_open)
+    together = decode_chunks(range_, schema, compression=codec)
+    # Chunks 0 and 1 share a stream; the large chunk 2 is decoded on Arrow's threads, message
+    # by message; chunk 3 starts a stream of its own where its bytes start.
+    assert opened == [4, 1]  # over the chunks left to decode
+    alone = [
+        b
+        for c in range_
+        for b in decode_chunk(c.data, schema, c.batches, c.rows, c.where, compression=codec)
+    ]
+    assert [b.num_rows for b in together] == [b.num_rows for b in alone]
+    assert pa.Table.from_batches(together).equals(pa.Table.from_batches(alone))
+    assert pa.Table.from_batches(together).equals(pa.concat_tables(tables))
+
+
+@pytest.mark.parametrize("codec", ["lz4", "zstd"])
+def test_a_broken_chunk_inside_a_range_is_named_and_decoding_stops_there(codec: str) -> None:
+    schema, range_, _ = _range_of_chunks(codec)
+    first = range_[0]  # two batches: 1,000 and 700 rows
+    # Chunk 0 declares one batch fewer: its second message becomes bytes trailing its batches.
+    short = first._replace(batches=1, rows=1000)
+    with pytest.raises(FormatError, match=r"subpartition 0\): expected 1 batches with 1000 rows"):
+        decode_chunks([short, *range_[1:]], schema, compression=codec)
+    # Rows moved between the declared counts of chunks 0 and 1: totals agree, chunk 0 does not.
+    moved = [first._replace(rows=first.rows + 1), range_[1]._replace(rows=0), *range_[2:]]
+    expected = r"subpartition 0\): expected 2 batches with 1701 rows"
+    with pytest.raises(FormatError, match=expected) as caught:
+        decode_chunks(moved, schema, compression=codec)
+    assert caught.value.rule == "V17"
+    # A chunk cut short in the middle of a range: the next chunk's bytes are not read as its.
+    cut = range_[1]._replace(data=range_[1].data.slice(0, range_[1].data.size - 16))
+    with pytest.raises(FormatError, match=r"subpartition 1\): .*batch 0 does not decode"):
+        decode_chunks([range_[0], cut, *range_[2:]], schema, compression=codec)
 
 
 def test_decoded_buffers_of_an_uncompressed_stream_are_not_copied() -> None:
