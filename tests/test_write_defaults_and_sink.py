@@ -238,11 +238,13 @@ def test_combine_ahead_yields_each_group_in_order(
     def finish(batch: pa.RecordBatch) -> tuple[int, pa.RecordBatch]:
         return threading.get_ident(), batch
 
-    out = list(combine_ahead(groups, finish))
-    assert [b.num_rows for _, b in out] == [100] * 10
-    assert pa.Table.from_batches([b for _, b in out]).column("n").to_pylist() == list(range(1000))
+    out = list(combine_ahead(((f"g{i}", g) for i, g in enumerate(groups)), finish))
+    assert [key for key, _ in out] == [f"g{i}" for i in range(10)]
+    assert [b.num_rows for _, (_, b) in out] == [100] * 10
+    rows = pa.Table.from_batches([b for _, (_, b) in out]).column("n").to_pylist()
+    assert rows == list(range(1000))
     # With a pool thread, groups are combined and finished there; without, here.
-    elsewhere = {t for t, _ in out} - {threading.get_ident()}
+    elsewhere = {t for _, (t, _) in out} - {threading.get_ident()}
     assert bool(elsewhere) == (threads > 1)
     assert list(combine_ahead([], finish)) == []
 
@@ -337,3 +339,43 @@ def test_a_region_that_failed_to_write_aborts_the_writer_and_publishes_nothing(
     with pytest.raises(ash.InvalidOptionError, match="No space left"):
         writer.close()
     assert list(tmp_path.iterdir()) == []
+
+
+# ---------------------------------------------------------------------- disk blocks
+
+
+def test_blocks_reserved_for_a_region_and_not_written_are_freed(tmp_path: Path) -> None:
+    from arrowshuffle.writers.preallocate import reserve_blocks
+
+    probe = tmp_path / "probe"
+    with open(probe, "wb") as f:
+        if not reserve_blocks(f.fileno(), 0, 1 << 20):
+            pytest.skip("this file system reserves no blocks (fallocate)")
+    rows = 200_000
+    data = pa.table({"key": np.zeros(rows, dtype=np.int64), "name": ["same"] * rows})
+    path = tmp_path / "z.arrow"
+    written = ash.write(data, str(path), num_subpartitions=4, by=["key"], compression="zstd")
+    # The region's reservation was its buffered bytes (3.2 MB); zstd wrote a sixth of them.
+    assert data.nbytes > 4 * written.data_size
+    allocated = path.stat().st_blocks * 512
+    assert allocated <= written.data_size + 64 * 1024
+    assert pa.ipc.open_file(str(path)).read_all().num_rows == rows
+
+
+def test_empty_subpartitions_between_and_after_written_ones_start_where_the_last_ended(
+    tmp_path: Path,
+) -> None:
+    from arrowshuffle.readers.file_reader import open_file
+
+    ids = np.array([3, 3, 1, 5, 1], dtype=np.int64)
+    batch = pa.record_batch({"key": pa.array(range(5), pa.int64())})
+    with ash.ShuffleFileWriter(str(tmp_path / "e.arrow"), batch.schema, 8) as w:
+        w.write(batch, subpartitions=ids)
+    f = open_file(str(tmp_path / "e.arrow"))
+    entries = f.entries()[:, 0]
+    ends = entries["offset"] + entries["length"]
+    # Every chunk starts where the one before it ended; the empty ones hold nothing.
+    assert (entries["offset"][1:] == ends[:-1]).all()
+    assert entries["rows"].tolist() == [0, 2, 0, 2, 0, 1, 0, 0]
+    assert [f.read(s).num_rows for s in range(8)] == [0, 2, 0, 2, 0, 1, 0, 0]
+    assert f.read(3).column("key").to_pylist() == [0, 1]

@@ -403,16 +403,26 @@ class ShuffleFileWriter:
         self._emit_region()
         self._emit_broadcast_region()
 
-    def _write_chunk(self, batches: Iterator[EncodedBatch], count: int) -> _Chunk:
-        """Write the next ``count`` of ``batches`` as one chunk; return its index entry."""
+    def _write_chunks(self, batches: Iterator[tuple[int, EncodedBatch]], count: int) -> np.ndarray:
+        """Write ``(chunk, batch)`` pairs, chunk by chunk in order; return the ``count`` entries.
+
+        A chunk with no batch (a subpartition without rows) is empty where it would start.
+        """
+        entries = np.zeros(count, dtype=ENTRY_DTYPE)
+        current = rows = batches_in = crc = 0
         start = self._file.position
-        rows = crc = 0
-        for _ in range(count):
-            encoded = next(batches)
+        for chunk, encoded in batches:
+            if chunk != current:
+                entries[current] = (start, self._file.position - start, rows, batches_in, crc)
+                entries["offset"][current + 1 : chunk] = self._file.position
+                current, start, rows, batches_in, crc = chunk, self._file.position, 0, 0, 0
             self._file.write(encoded)
             rows += encoded.rows
+            batches_in += 1
             crc = encoded.continue_crc32c(crc)
-        return start, self._file.position - start, rows, count, crc
+        entries[current] = (start, self._file.position - start, rows, batches_in, crc)
+        entries["offset"][current + 1 :] = self._file.position
+        return entries
 
     @contextlib.contextmanager
     def _aborted_on_error(self) -> Iterator[None]:
@@ -436,23 +446,19 @@ class ShuffleFileWriter:
             self._write_region()
 
     def _write_region(self) -> None:
-        entries = np.zeros(self.num_subpartitions, dtype=ENTRY_DTYPE)
-        plan = [
-            (s, batch_groups(slices, self.max_batch_rows, self._fill))
+        region_start = self._file.position
+        # About the bytes the region will take: their blocks in one call, not block by block.
+        self._data.reserve(self._buffer.nbytes)
+        # Output batches of the whole region, in file order, planned as they are written: the
+        # next one is put together while the current one is written.
+        groups = (
+            (s, group)
             for s, slices in self._buffer.chunks()
-        ]
-        # Output batches of the whole region, in file order: the next one is put together
-        # while the current one is written.
-        batches = combine_ahead(
-            (group for _, groups in plan for group in groups), self._encoder.encode
+            for group in batch_groups(slices, self.max_batch_rows, self._fill)
         )
-        region_start: int | None = None
-        for s, groups in plan:
-            entries[s] = self._write_chunk(batches, len(groups))
-            if region_start is None:
-                region_start = int(entries[s]["offset"])
-        assert region_start is not None
-        del plan, batches
+        entries = self._write_chunks(
+            combine_ahead(groups, self._encoder.encode), self.num_subpartitions
+        )
         self._regions.append((region_start, self._file.position - region_start, 0))
         self._entries.append(entries)
         # Only now are the buffered batches dropped: release their bytes to the pool.
@@ -465,14 +471,16 @@ class ShuffleFileWriter:
             self._write_broadcast_region()
 
     def _write_broadcast_region(self) -> None:
-        ((_, slices),) = list(self._broadcast.chunks())
-        groups = batch_groups(slices, self.max_batch_rows, self._fill)
-        chunk = self._write_chunk(combine_ahead(groups, self._encoder.encode), len(groups))
-        del slices, groups
+        groups = (
+            (0, group)
+            for _, slices in self._broadcast.chunks()
+            for group in batch_groups(slices, self.max_batch_rows, self._fill)
+        )
+        (chunk,) = self._write_chunks(combine_ahead(groups, self._encoder.encode), 1)
         self._memory.release_all()
         entries = np.zeros(self.num_subpartitions, dtype=ENTRY_DTYPE)
         entries[:] = chunk
-        self._regions.append((chunk[0], chunk[1], REGION_BROADCAST))
+        self._regions.append((int(chunk["offset"]), int(chunk["length"]), REGION_BROADCAST))
         self._entries.append(entries)
 
     # ------------------------------------------------------------------ closing

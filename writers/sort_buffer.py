@@ -36,6 +36,7 @@ MIN_ROWS_PER_THREAD = 8 * 1024
 SORTS_PER_THREAD = 2
 
 _T = TypeVar("_T")
+_K = TypeVar("_K")
 
 #: A buffered batch: sorted, with its row count per subpartition, or being sorted.
 _Sorted = tuple[pa.RecordBatch, np.ndarray]
@@ -100,11 +101,12 @@ class SortBuffer:
             self.clear()
             raise
         batches = [batch for batch, _ in done]
-        counts = np.stack([c for _, c in done])  # (batches, subpartitions)
-        starts = np.cumsum(counts, axis=1) - counts
-        for s in range(self.num_subpartitions):
-            present = np.flatnonzero(counts[:, s])
-            yield s, [batches[k].slice(int(starts[k, s]), int(counts[k, s])) for k in present]
+        counts = np.stack([c for _, c in done], axis=1)  # (subpartitions, batches)
+        # Python lists: a slice per batch and subpartition is made here, thousands per region.
+        starts = (np.cumsum(counts, axis=0) - counts).tolist()
+        for s, row_counts in enumerate(counts.tolist()):
+            offsets = starts[s]
+            yield s, [batches[k].slice(offsets[k], n) for k, n in enumerate(row_counts) if n]
         self.clear()
 
     def clear(self) -> None:
@@ -151,6 +153,8 @@ def batch_groups(
     ``fill`` (:func:`~arrowshuffle.format.arrow_types.run_end_fill`), a batch also ends before
     its pieces' fills add up to more than 1, so that no run-end encoded column overflows.
     """
+    if fill is None and sum(piece.num_rows for piece in slices) <= max_rows:
+        return [slices] if slices else []  # the common case: one batch, no loop over pieces
     groups: list[list[pa.RecordBatch]] = []
     pending: list[pa.RecordBatch] = []
     pending_rows = 0
@@ -176,23 +180,29 @@ def batch_groups(
 
 
 def combine_ahead(
-    groups: Iterable[list[pa.RecordBatch]], finish: Callable[[pa.RecordBatch], _T]
-) -> Iterator[_T]:
-    """``finish`` of one batch per group, in order; the next one is made on the pool meanwhile.
+    groups: Iterable[tuple[_K, list[pa.RecordBatch]]], finish: Callable[[pa.RecordBatch], _T]
+) -> Iterator[tuple[_K, _T]]:
+    """``(key, finish(batch))`` for each keyed group, in order; the next is made meanwhile.
 
     Each group's pieces are concatenated into one batch and ``finish`` (the writer's encoder)
     is applied to it. The caller writes one result while the next is being made, so copying,
-    encoding and writing overlap on two cores; at most two results exist at a time. Groups of
-    fewer than :data:`MIN_ROWS_PER_THREAD` rows are made on the calling thread.
+    encoding and writing overlap on two cores; at most two results exist at a time. ``groups``
+    is consumed one ahead of the results: a lazy plan is made as the region is written. Groups
+    of fewer than :data:`MIN_ROWS_PER_THREAD` rows are made on the calling thread.
     """
-    ahead: _T | Future[_T] | None = None
-    for group in groups:
-        started = _start(group, finish)
+    ahead: tuple[_K, _T | Future[_T]] | None = None
+    for key, group in groups:
+        started = key, _start(group, finish)
         if ahead is not None:
-            yield ahead.result() if isinstance(ahead, Future) else ahead
+            yield _done(ahead)
         ahead = started
     if ahead is not None:
-        yield ahead.result() if isinstance(ahead, Future) else ahead
+        yield _done(ahead)
+
+
+def _done(item: tuple[_K, _T | Future[_T]]) -> tuple[_K, _T]:
+    key, result = item
+    return key, result.result() if isinstance(result, Future) else result
 
 
 def _start(group: list[pa.RecordBatch], finish: Callable[[pa.RecordBatch], _T]) -> _T | Future[_T]:
