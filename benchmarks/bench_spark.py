@@ -33,11 +33,12 @@ cores), a plan at ``target_bytes=128MiB``, ``partitioning=subpartition`` (one Sp
 per subpartition), ``consumers=2``, and the same rows as Parquet read by Spark, written as
 ``df.write.parquet`` (one file per writing task) and as ``df.repartition(n, key).write.parquet``
 (one file per subpartition); once on the main job's hot-key data (a third of the rows on one
-key) and once with uniform keys. Two more readers bound the source's cost: the planned read of
-the same rows written uncompressed, and a floor, a minimal Python data source that yields the
-batches of plain memory-mapped IPC files of the same rows (one per core) with no index, plan or
-check: what any Python data source pays to hand Arrow batches to Spark. The read modes run
-interleaved, each repeat in another order.
+key) and once with uniform keys. The modes read LZ4 files; the planned read also runs on the same
+rows written with ZSTD, the writers' default. Two more readers bound the source's cost: the
+planned read of the same rows written uncompressed, and a floor, a minimal Python data source
+that yields the batches of plain memory-mapped IPC files of the same rows (one per core) with no
+index, plan or check: what any Python data source pays to hand Arrow batches to Spark. The read
+modes run interleaved, each repeat in another order.
 """
 
 from __future__ import annotations
@@ -74,6 +75,8 @@ PARQUET = "parquet"
 REPARTITION_PARQUET = "repartition parquet"
 #: The planned read of the same rows written uncompressed (the modes above read LZ4).
 PLAN_UNCOMPRESSED = "plan, compression none"
+#: The planned read of the same rows written with the writers' default codec (ZSTD).
+PLAN_ZSTD = "plan, compression zstd"
 #: The floor of any Python data source: the same rows from plain memory-mapped IPC files,
 #: one per core, yielded as Arrow batches with no index, plan or check.
 PYTHON_SOURCE_FLOOR = "python source floor"
@@ -288,6 +291,9 @@ def read_modes(spark: Any, args: argparse.Namespace, work: str) -> dict[str, Any
         ash_spark.write(
             df, path + ".none", num_subpartitions=n, partition_by=KEY, compression="none"
         )
+        ash_spark.write(
+            df, path + ".zstd", num_subpartitions=n, partition_by=KEY, compression="zstd"
+        )
         df.write.mode("overwrite").parquet(parquet)
         df.repartition(n, KEY).write.mode("overwrite").parquet(repartitioned)
         expected = aggregate(df)
@@ -304,6 +310,7 @@ def read_modes(spark: Any, args: argparse.Namespace, work: str) -> dict[str, Any
             )
         source = spark.read.format("arrowshuffle")
         readers[PLAN_UNCOMPRESSED] = functools.partial(source.load, path + ".none")
+        readers[PLAN_ZSTD] = functools.partial(source.load, path + ".zstd")
         plain = write_plain_files(path, spark.sparkContext.defaultParallelism, path)
         floor_read = spark.read.format(floor).schema(source.load(path).schema)
         readers[PYTHON_SOURCE_FLOOR] = functools.partial(

@@ -300,17 +300,19 @@ SPARK_PEERS = {
 
 #: The data source's read modes, against the same rows as Parquet.
 SPARK_READ_MODES = {
-    "plan": "planned read (default)",
+    "plan": "planned read (default), LZ4",
     "subpartition": "partitioning=subpartition",
     "consumers=2": "consumers=2",
 }
 
 
 #: Readers compared with the repartitioned Parquet read: the default, the same read of
-#: uncompressed files, and the floor of any Python data source (plain IPC files, no checks).
+#: uncompressed and of ZSTD files, and the floor of any Python data source (plain IPC files,
+#: no checks).
 SPARK_AGAINST_REPARTITIONED = {
     "plan": SPARK_READ_MODES["plan"],
     "plan, compression none": "planned read, compression none",
+    "plan, compression zstd": "planned read, compression zstd (the writers' default)",
     "python source floor": "a minimal Python data source over plain IPC files",
 }
 
