@@ -341,27 +341,6 @@ def test_a_region_that_failed_to_write_aborts_the_writer_and_publishes_nothing(
     assert list(tmp_path.iterdir()) == []
 
 
-# ---------------------------------------------------------------------- disk blocks
-
-
-def test_blocks_reserved_for_a_region_and_not_written_are_freed(tmp_path: Path) -> None:
-    from arrowshuffle.writers.preallocate import reserve_blocks
-
-    probe = tmp_path / "probe"
-    with open(probe, "wb") as f:
-        if not reserve_blocks(f.fileno(), 0, 1 << 20):
-            pytest.skip("this file system reserves no blocks (fallocate)")
-    rows = 200_000
-    data = pa.table({"key": np.zeros(rows, dtype=np.int64), "name": ["same"] * rows})
-    path = tmp_path / "z.arrow"
-    written = ash.write(data, str(path), num_subpartitions=4, by=["key"], compression="zstd")
-    # The region's reservation was its buffered bytes (3.2 MB); zstd wrote a sixth of them.
-    assert data.nbytes > 4 * written.data_size
-    allocated = path.stat().st_blocks * 512
-    assert allocated <= written.data_size + 64 * 1024
-    assert pa.ipc.open_file(str(path)).read_all().num_rows == rows
-
-
 def test_empty_subpartitions_between_and_after_written_ones_start_where_the_last_ended(
     tmp_path: Path,
 ) -> None:

@@ -447,8 +447,6 @@ class ShuffleFileWriter:
 
     def _write_region(self) -> None:
         region_start = self._file.position
-        # About the bytes the region will take: their blocks in one call, not block by block.
-        self._data.reserve(self._buffer.nbytes)
         # Output batches of the whole region, in file order, planned as they are written: the
         # next one is put together while the current one is written.
         groups = (

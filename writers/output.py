@@ -15,7 +15,6 @@ from typing import IO
 from arrowshuffle.format.errors import MissingObjectError
 from arrowshuffle.format.naming import temp_name
 from arrowshuffle.readers.storage import Location, storage_errors
-from arrowshuffle.writers.preallocate import reserve_blocks
 
 
 class AtomicOutput:
@@ -46,18 +45,6 @@ class AtomicOutput:
             else:
                 self.file = location.fs.open(location.path, "wb", block_size=block_size)
         self._done = False
-        self._reserved = False
-
-    def reserve(self, nbytes: int) -> None:
-        """Reserve disk blocks for the next ``nbytes`` of a local file; a hint, not a promise.
-
-        See :mod:`~arrowshuffle.writers.preallocate`. What is not written is freed by
-        :meth:`finish`; object stores ignore it.
-        """
-        if self._temp_path is not None and nbytes > 0:
-            self.file.flush()
-            if reserve_blocks(self.file.fileno(), self.file.tell(), nbytes):
-                self._reserved = True
 
     def finish(self) -> None:
         """Write out everything locally, under the temporary name, without publishing it.
@@ -68,11 +55,6 @@ class AtomicOutput:
         """
         if self._temp_path is not None and not self._done:
             with storage_errors(self.location.url, "writing"):
-                if self._reserved and not self.file.closed:
-                    # Blocks reserved beyond the end stay allocated until the file is truncated.
-                    self.file.flush()
-                    os.truncate(self.file.fileno(), self.file.tell())
-                    self._reserved = False
                 self.file.close()
 
     def commit(self) -> None:
