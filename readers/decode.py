@@ -103,7 +103,7 @@ def decode_block(
         batches = decode_range(
             piece, chunk_range, schema, url, full=verify, compression=compression
         )
-        if columns is not None:
+        if columns is not None and columns != schema.names:  # all of them, in order: as is
             batches = [b.select(columns) for b in batches]
         out.extend(repeat(batches, chunk_range.repeat))
     return out
