@@ -62,8 +62,6 @@ DEFAULT_MAX_BATCH_ROWS = 64 * 1024
 #: a write and decode cost (README, "Compression"). ``"none"`` keeps zero-copy local reads.
 DEFAULT_COMPRESSION = "zstd"
 MIN_INPUT_SLICE_ROWS = 16 * 1024
-#: A written chunk: (offset, length, rows, batches, crc32c), an index entry's fields.
-_Chunk = tuple[int, int, int, int, int]
 
 
 @dataclass(frozen=True)
