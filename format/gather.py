@@ -1,13 +1,13 @@
-"""Sort string columns with the compiled kernels: the bytes of ``pyarrow.compute.take``, faster.
+"""Sort a batch by subpartition with the compiled kernels: the bytes of ``take``, faster.
 
-The writer sorts every buffered batch by subpartition on arrival (a counting sort of its
-ids, then a gather of its rows in that order). ``take`` appends string values one at a time
-and costs several times more on a string column than on a number column. For strings and
-binaries of either offset width, with validity bitmaps and non-zero array offsets,
-:func:`take_array` gathers the offsets first and then copies each value with a few 32-byte
-word moves, into buffers from pyarrow's memory pool; the result equals ``take`` byte for byte
-(the same offsets and bytes, no bytes for a null row, no validity bitmap when no row is null).
-Other columns go through ``take`` itself (:func:`take_columns`).
+The writer sorts every buffered batch by subpartition on arrival. With the kernels
+(:mod:`~arrowshuffle.format._gather_jit`), a counting sort of its ids gives each row its
+position in the sorted batch (:func:`destinations`), and :func:`scatter_columns` moves each
+column's values there: fixed-width values and booleans, strings and binaries of either offset
+width, with validity bitmaps and non-zero array offsets. The result equals ``take`` in the
+sorted order byte for byte (the same offsets and bytes, no bytes for a null string, zeroed
+null slots, no validity bitmap when no row is null), into buffers from pyarrow's memory pool.
+Other columns (nested, views, run-end encoded, extension) go through ``take``.
 """
 
 from __future__ import annotations
@@ -22,29 +22,46 @@ import pyarrow.types as pat
 from arrowshuffle.format._gather_jit import GatherKernels
 from arrowshuffle.format.arrow_types import gather, takes
 
-__all__ = ["counting_sort", "is_string_like", "take_array", "take_columns"]
+__all__ = ["destinations", "scatter_columns", "scatters"]
 
-#: Spare bytes after gathered string data: short values are copied as 32-byte words.
+#: Spare bytes after scattered string data: short values are copied as 32-byte words.
 _WORD = 32
+#: Fixed-width values of these byte widths are moved as one unsigned integer each.
+_WORDS = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}
 
 
 def _large(t: pa.DataType) -> bool:
     return bool(pat.is_large_string(t) or pat.is_large_binary(t))
 
 
-def is_string_like(t: pa.DataType) -> bool:
-    """True for string, binary and their large variants."""
+def _string_like(t: pa.DataType) -> bool:
     return bool(pat.is_string(t) or pat.is_binary(t)) or _large(t)
 
 
-def counting_sort(
+def _value_bytes(t: pa.DataType) -> int:
+    """The byte width of a type laid out as a validity bitmap and one values buffer, else 0."""
+    if pat.is_boolean(t) or pat.is_dictionary(t) or isinstance(t, pa.ExtensionType):
+        return 0
+    try:
+        bits = int(t.bit_width)
+    except ValueError:  # not a fixed-width type
+        return 0
+    return bits // 8 if bits > 0 and bits % 8 == 0 and t.num_buffers == 2 else 0
+
+
+def scatters(t: pa.DataType) -> bool:
+    """True when the kernels move columns of type ``t`` (the others go through ``take``)."""
+    return pat.is_boolean(t) or _string_like(t) or _value_bytes(t) > 0
+
+
+def destinations(
     ids: np.ndarray, num_subpartitions: int, kernels: GatherKernels
 ) -> tuple[np.ndarray, np.ndarray]:
-    """The rows stably sorted by ``ids`` (int32 positions), and the rows of each id."""
+    """Each row's position in the rows stably sorted by ``ids``, and the rows of each id."""
     counts = np.zeros(num_subpartitions, dtype=np.int64)
-    order = np.empty(len(ids), dtype=np.int32 if len(ids) <= 2**31 - 1 else np.int64)
-    kernels.counting_sort(ids, counts, order)
-    return order, counts
+    dest = np.empty(len(ids), dtype=np.int32 if len(ids) <= 2**31 - 1 else np.int64)
+    kernels.destinations(ids, counts, dest)
+    return dest, counts
 
 
 def _allocate(nbytes: int, dtype: Any) -> tuple[pa.Buffer, np.ndarray]:
@@ -60,50 +77,102 @@ def _view(buffer: pa.Buffer | None, dtype: Any, start: int, count: int) -> np.nd
     return np.frombuffer(buffer, dtype=dtype, count=start + count)[start:]
 
 
-def take_array(arr: pa.Array, order: np.ndarray, kernels: GatherKernels) -> pa.Array:
-    """Rows ``order`` of string-like ``arr``: what ``take`` gives, byte for byte.
+def _validity(
+    arr: pa.Array, dest: np.ndarray, kernels: GatherKernels
+) -> tuple[pa.Buffer | None, np.ndarray]:
+    """The sorted validity bitmap (None without nulls) and a numpy view of its bytes."""
+    if not arr.null_count:
+        return None, np.zeros(0, np.uint8)
+    rows = len(arr)
+    buffer, bits = _allocate((rows + 7) // 8, np.uint8)
+    bits[:] = 0  # bits past the last row are zero, as take leaves them
+    kernels.scatter_bits(np.frombuffer(arr.buffers()[0], np.uint8), arr.offset, dest, bits)
+    return buffer, bits
 
-    ``order`` holds int32 or int64 positions in ``[0, len(arr))``; they are not checked.
-    """
-    t = arr.type
-    rows = len(order)
+
+def _scatter_fixed(arr: pa.Array, width: int, dest: np.ndarray, kernels: GatherKernels) -> pa.Array:
+    rows = len(arr)
+    validity, bits = _validity(arr, dest, kernels)
+    word = _WORDS.get(width)
+    if word is None:  # wider values (decimals, intervals, fixed-size binaries): rows of words
+        word = np.uint64 if width % 8 == 0 else np.uint8
+        per_row = width // np.dtype(word).itemsize
+        values = _view(arr.buffers()[1], word, arr.offset * per_row, rows * per_row)
+        buffer, out = _allocate(rows * width, word)
+        shape = (rows, per_row)
+        kernels.scatter_rows(values.reshape(shape), dest, out.reshape(shape))
+        out = out.reshape(shape)
+    else:
+        values = _view(arr.buffers()[1], word, arr.offset, rows)
+        buffer, out = _allocate(rows * width, word)
+        kernels.scatter_values(values, dest, out)
+    if validity is not None:
+        out[~np.unpackbits(bits, count=rows, bitorder="little").view(bool)] = 0  # as take
+    return pa.Array.from_buffers(arr.type, rows, [validity, buffer], null_count=arr.null_count)
+
+
+def _scatter_booleans(arr: pa.Array, dest: np.ndarray, kernels: GatherKernels) -> pa.Array:
+    rows = len(arr)
+    validity, bits = _validity(arr, dest, kernels)
+    buffer, out = _allocate((rows + 7) // 8, np.uint8)
+    out[:] = 0
+    kernels.scatter_bits(np.frombuffer(arr.buffers()[1], np.uint8), arr.offset, dest, out)
+    if validity is not None:
+        out &= bits  # a null row's value is false, as take leaves it
+    return pa.Array.from_buffers(arr.type, rows, [validity, buffer], null_count=arr.null_count)
+
+
+def _scatter_strings(
+    arr: pa.Array, dest: np.ndarray, ids: np.ndarray, ends: np.ndarray, kernels: GatherKernels
+) -> pa.Array:
+    rows = len(arr)
     buffers = arr.buffers()
-    nullable = arr.null_count > 0
-    bits = np.frombuffer(buffers[0], dtype=np.uint8) if nullable else np.zeros(0, np.uint8)
-    validity, out_bits = _allocate((rows + 7) // 8 if nullable else 0, np.uint8)
-    out_bits[:] = 0  # bits past the last row are zero, as take leaves them
-    dtype = np.int64 if _large(t) else np.int32
-    offsets_buffer, offsets = _allocate((rows + 1) * np.dtype(dtype).itemsize, dtype)
-    starts = np.empty(rows, dtype=np.int64)
-    source = _view(buffers[1], dtype, arr.offset, len(arr) + 1)
-    size, nulls = kernels.take_offsets(
-        source, bits, arr.offset, order, starts, offsets, out_bits, nullable
+    validity, _ = _validity(arr, dest, kernels)
+    source_bits = np.zeros(0, np.uint8) if validity is None else np.frombuffer(buffers[0], np.uint8)
+    dtype = np.int64 if _large(arr.type) else np.int32
+    offsets = _view(buffers[1], dtype, arr.offset, rows + 1)
+    offsets_buffer, out_offsets = _allocate((rows + 1) * np.dtype(dtype).itemsize, dtype)
+    size = int(kernels.scatter_lengths(offsets, source_bits, arr.offset, dest, out_offsets))
+    data, out = _allocate(size + _WORD, np.uint8)
+    source = np.zeros(0, np.uint8) if buffers[2] is None else np.frombuffer(buffers[2], np.uint8)
+    safe = kernels.scatter_words(offsets, source_bits, arr.offset, source, dest, out_offsets, out)
+    kernels.scatter_edges(
+        offsets, source_bits, arr.offset, source, ids, ends, dest, out_offsets, out, safe
     )
-    data, out = _allocate(int(size) + _WORD, np.uint8)
-    whole = np.zeros(0, np.uint8) if buffers[2] is None else np.frombuffer(buffers[2], np.uint8)
-    kernels.take_bytes(whole, starts, offsets, out)
-    mask = validity if nulls else None
-    body = [offsets_buffer, data.slice(0, int(size))]
-    return pa.Array.from_buffers(t, rows, [mask, *body], null_count=int(nulls))
+    body = [offsets_buffer, data.slice(0, size)]
+    return pa.Array.from_buffers(arr.type, rows, [validity, *body], null_count=arr.null_count)
 
 
-def take_columns(
-    batch: pa.RecordBatch, order: np.ndarray, kernels: GatherKernels
+def scatter_columns(
+    batch: pa.RecordBatch,
+    ids: np.ndarray,
+    dest: np.ndarray,
+    counts: np.ndarray,
+    kernels: GatherKernels,
 ) -> pa.RecordBatch:
-    """Rows ``order`` of ``batch``: the kernels for string columns, ``take`` for the others.
+    """``batch`` stably sorted by ``ids``, given :func:`destinations` of them.
 
-    For fixed-width columns ``take`` is as fast as the kernels; for strings it is slower.
+    Columns :func:`scatters` covers are moved by the kernels, the others by ``take``.
     """
-    indices: pa.Array | None = None
+    order: pa.Array | None = None
+    ends = np.cumsum(counts)
     columns = []
     for column in batch.columns:
-        if is_string_like(column.type):
-            columns.append(take_array(column, order, kernels))
-            continue
-        if indices is None:
-            indices = pa.array(order)
-        if takes(column.type):
-            columns.append(pc.take(column, indices, boundscheck=False))
+        t = column.type
+        width = _value_bytes(t)
+        if width:
+            columns.append(_scatter_fixed(column, width, dest, kernels))
+        elif pat.is_boolean(t):
+            columns.append(_scatter_booleans(column, dest, kernels))
+        elif _string_like(t):
+            columns.append(_scatter_strings(column, dest, ids, ends, kernels))
         else:
-            columns.append(gather(column, order.astype(np.int64, copy=False)))
+            if order is None:
+                positions = np.empty_like(dest)
+                kernels.invert(dest, positions)
+                order = pa.array(positions)
+            if takes(t):
+                columns.append(pc.take(column, order, boundscheck=False))
+            else:
+                columns.append(gather(column, order.to_numpy().astype(np.int64, copy=False)))
     return pa.RecordBatch.from_arrays(columns, schema=batch.schema)

@@ -26,7 +26,7 @@ import pyarrow.compute as pc
 
 from arrowshuffle.format import _gather_jit
 from arrowshuffle.format.arrow_types import concat_batches, take_batch, takes
-from arrowshuffle.format.gather import counting_sort, is_string_like, take_columns
+from arrowshuffle.format.gather import destinations, scatter_columns, scatters
 from arrowshuffle.format.parallel import background_threads, submit
 
 #: The fewest rows handed to another thread: below that the hand-off costs more than it saves.
@@ -123,14 +123,14 @@ def _sort(batch: pa.RecordBatch, ids: np.ndarray, num_subpartitions: int) -> _So
     if np.all(ids[1:] >= ids[:-1]):
         return batch, np.bincount(ids, minlength=num_subpartitions)  # in order already
     kernels = None
-    if len(ids) >= MIN_ROWS_PER_THREAD and any(is_string_like(t) for t in batch.schema.types):
+    if len(ids) >= MIN_ROWS_PER_THREAD and any(scatters(t) for t in batch.schema.types):
         # The compiled kernels once they are loaded (on a thread, started by the first large
         # batch that needs them): loading them costs more than they save on a small write.
         kernels = _gather_jit.kernels.ready()
     if kernels is not None:
-        # The compiled counting sort and gather: the bytes of the take below, faster.
-        order, counts = counting_sort(ids, num_subpartitions, kernels)
-        return take_columns(batch, order, kernels), counts
+        # The compiled counting sort and scatter: the bytes of the take below, faster.
+        dest, counts = destinations(ids, num_subpartitions, kernels)
+        return scatter_columns(batch, ids, dest, counts, kernels), counts
     counts = np.bincount(ids, minlength=num_subpartitions)
     # Arrow's stable sort of a narrow integer range is a counting sort.
     order = pc.array_sort_indices(pa.array(ids))
