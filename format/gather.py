@@ -40,7 +40,7 @@ def _string_like(t: pa.DataType) -> bool:
 
 def _value_bytes(t: pa.DataType) -> int:
     """The byte width of a type laid out as a validity bitmap and one values buffer, else 0."""
-    if pat.is_boolean(t) or pat.is_dictionary(t) or isinstance(t, pa.ExtensionType):
+    if pat.is_boolean(t) or pat.is_dictionary(t) or isinstance(t, pa.BaseExtensionType):
         return 0
     try:
         bits = int(t.bit_width)

@@ -162,7 +162,7 @@ def test_scatter_columns_serializes_as_take_of_the_stable_sort(
         assert ipc_bytes(mine) == ipc_bytes(theirs), mine.type
 
 
-def test_scatter_columns_of_view_and_run_end_columns_serializes_as_take() -> None:
+def test_scatter_columns_of_view_run_end_and_extension_columns_serializes_as_take() -> None:
     rows = 40_000
     rng = np.random.default_rng(3)
     strings = pa.array([f"v{i % 977}" * (i % 5) for i in range(rows)])
@@ -172,6 +172,13 @@ def test_scatter_columns_of_view_and_run_end_columns_serializes_as_take() -> Non
             "v": strings.cast(pa.string_view()),
             "r": pc.run_end_encode(pa.array(np.repeat(np.arange(rows // 8), 8))),
             "n": pa.array(np.arange(rows, dtype=np.int64)),
+            # Built-in extension types over fixed-width storage go through take too.
+            "u": pa.ExtensionArray.from_storage(
+                pa.uuid(),
+                pa.Array.from_buffers(
+                    pa.binary(16), rows, [None, pa.py_buffer(rng.bytes(16 * rows))]
+                ),
+            ),
         }
     )
     ids = rng.integers(0, 9, rows).astype(np.uint8)
