@@ -214,8 +214,8 @@ def test_dictionary_types_are_refused(tmp_path: Path, field_type: pa.DataType) -
 @pytest.mark.parametrize(
     ("ids", "message"),
     [
-        (np.array([0, 1, 4]), "id 4 is outside \\[0, 4\\)"),
-        (np.array([0, -1, 2]), "id -1 is outside \\[0, 4\\)"),
+        (np.array([0, 1, 4]), "ids must be in \\[0, 4\\), found 4 at row 2"),
+        (np.array([0, -1, 2]), "ids must be in \\[0, 4\\), found -1 at row 1"),
         (np.array([0, 1]), "one subpartition id per row \\(3\\)"),
         (np.array([0, 1, 2, 3]), "one subpartition id per row \\(3\\)"),
         (np.array([[0, 1, 2]]), "one subpartition id per row"),
@@ -224,8 +224,8 @@ def test_dictionary_types_are_refused(tmp_path: Path, field_type: pa.DataType) -
         (np.array(["0", "1", "2"]), "integers"),
         (pa.array([0, None, 1]), "nulls"),
         (pa.chunked_array([[0, 1], [None]]), "nulls"),
-        (np.array([0, 1, 2**40]), "outside"),
-        (np.array([0, 1, 2**64 - 1], dtype=np.uint64), "outside"),
+        (np.array([0, 1, 2**40]), f"found {2**40} at row 2"),
+        (np.array([0, 1, 2**64 - 1], dtype=np.uint64), f"found {2**64 - 1} at row 2"),
     ],
 )
 def test_bad_ids_are_refused(tmp_path: Path, ids: object, message: str) -> None:

@@ -25,13 +25,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from arrowshuffle.format.arrow_types import (
-    check_storable,
-    has_dictionary,
-    plain_type,
-    run_end_fills,
-    to_plain,
-)
+from arrowshuffle.format.arrow_types import check_storable, has_dictionary, run_end_fills
 from arrowshuffle.format.errors import InvalidOptionError, SchemaMismatchError
 from arrowshuffle.format.index import (
     COMPRESSION_BITS,
@@ -44,7 +38,7 @@ from arrowshuffle.format.index import (
 )
 from arrowshuffle.format.naming import INDEX_SUFFIX
 from arrowshuffle.format.notation import parse_bytes
-from arrowshuffle.format.partitioners.base import Partitioner
+from arrowshuffle.format.partitioners.base import Partitioner, arrow_ids, check_ids
 from arrowshuffle.readers.storage import Location, resolve, storage_errors
 from arrowshuffle.writers.ipc_output import BatchEncoder, EncodedBatch, IpcFileWriter
 from arrowshuffle.writers.memory_pool import (
@@ -62,6 +56,8 @@ DEFAULT_MAX_BATCH_ROWS = 64 * 1024
 #: a write and decode cost (README, "Compression"). ``"none"`` keeps zero-copy local reads.
 DEFAULT_COMPRESSION = "zstd"
 MIN_INPUT_SLICE_ROWS = 16 * 1024
+#: How errors name the ids given to write().
+_IDS = "the subpartition ids"
 
 
 @dataclass(frozen=True)
@@ -372,26 +368,17 @@ class ShuffleFileWriter:
         return batches, ids
 
     def _check_ids(self, subpartitions: Any, num_rows: int) -> np.ndarray:
-        if isinstance(subpartitions, (pa.Array, pa.ChunkedArray)):
-            subpartitions = _ids_array(subpartitions)
-        ids = np.asarray(subpartitions)
+        arrow = isinstance(subpartitions, (pa.Array, pa.ChunkedArray))
+        n = self.num_subpartitions
+        ids = arrow_ids(subpartitions, n, source=_IDS) if arrow else np.asarray(subpartitions)
         if ids.ndim != 1 or len(ids) != num_rows:
             raise InvalidOptionError(
                 f"expected one subpartition id per row ({num_rows}), found shape {ids.shape}"
             )
         if ids.size == 0:
             return np.zeros(0, dtype=np.int64)  # np.asarray([]) is float64: any empty list will do
-        if ids.dtype.kind not in "iu":
-            raise InvalidOptionError(f"subpartition ids must be integers, found dtype {ids.dtype}")
-        # One pass over the ids, not two: as unsigned integers, negative ids are the largest.
-        unsigned = ids if ids.dtype.kind == "u" else ids.view(ids.dtype.str.replace("i", "u"))
-        if int(unsigned.max()) >= self.num_subpartitions:
-            low = int(ids.min())
-            bad = low if low < 0 else int(ids.max())
-            raise InvalidOptionError(
-                f"subpartition id {bad} is outside [0, {self.num_subpartitions})"
-            )
-        return ids  # any integer dtype: the sort buffer narrows it once
+        # Any integer dtype: the sort buffer narrows it once.
+        return ids if arrow else check_ids(ids, n, source=_IDS)
 
     # ------------------------------------------------------------------ regions
 
@@ -586,23 +573,6 @@ class ShuffleFileWriter:
                 self.close()
         else:
             self.abort()
-
-
-def _ids_array(ids: pa.Array | pa.ChunkedArray) -> np.ndarray:
-    """Subpartition ids given as Arrow: any integer array, also run-end or dictionary encoded.
-
-    Raises:
-        InvalidOptionError: ids of another type, or a null id.
-    """
-    if not pa.types.is_integer(plain_type(ids.type)):
-        raise InvalidOptionError(f"subpartition ids must be integers, found type {ids.type}")
-    chunks = ids.chunks if isinstance(ids, pa.ChunkedArray) else [ids]
-    plain = [to_plain(chunk) for chunk in chunks]
-    if any(chunk.null_count for chunk in plain):
-        raise InvalidOptionError("subpartition ids must not contain nulls")
-    if not plain:
-        return np.zeros(0, dtype=np.int64)
-    return np.concatenate([chunk.to_numpy() for chunk in plain])
 
 
 def refuse_existing(location: Location) -> None:

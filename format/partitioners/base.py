@@ -1,4 +1,4 @@
-"""What every partitioner shares: option checks, key column lookup and spec fields."""
+"""What every partitioner shares: option and id checks, key column lookup, spec fields."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ from typing import Any, Protocol, TypeAlias
 import numpy as np
 import pyarrow as pa
 
+from arrowshuffle.format.arrow_types import plain_type, to_plain
 from arrowshuffle.format.errors import InvalidOptionError
 
 #: A batch a partitioner can assign; tables are accepted where validation hands them in.
@@ -21,6 +22,53 @@ def check_num_subpartitions(value: object) -> int:
             f"num_subpartitions must be an integer between 1 and 2**31-1, found {value!r}"
         )
     return value
+
+
+def check_ids(ids: np.ndarray, num_subpartitions: int, *, source: str) -> np.ndarray:
+    """Return integer ``ids`` if each is in ``[0, num_subpartitions)``.
+
+    ``source`` names the ids in errors (``"the subpartition ids"``); the first bad id is
+    named with its row.
+
+    Raises:
+        InvalidOptionError: ids that are not integers, or an id outside the range.
+    """
+    if ids.dtype.kind not in "iu":
+        raise InvalidOptionError(f"{source} must be integers, found dtype {ids.dtype}")
+    if ids.size == 0:
+        return ids
+    # One pass over the ids, not two: as unsigned integers, negative ids are the largest.
+    unsigned = ids if ids.dtype.kind == "u" else ids.view(ids.dtype.str.replace("i", "u"))
+    if int(unsigned.max()) >= num_subpartitions:
+        row = int(np.argmax(unsigned >= num_subpartitions))
+        raise InvalidOptionError(
+            f"{source} must be in [0, {num_subpartitions}), found {int(ids[row])} at row {row}"
+        )
+    return ids
+
+
+def arrow_ids(
+    values: pa.Array | pa.ChunkedArray, num_subpartitions: int, *, source: str
+) -> np.ndarray:
+    """The subpartition ids in an Arrow array, checked (:func:`check_ids`), as numpy.
+
+    Any integer array is taken: run-end or dictionary encoded, an extension over integers,
+    chunked.
+
+    Raises:
+        InvalidOptionError: ids of another type, a null id or an id outside the range.
+    """
+    if not pa.types.is_integer(plain_type(values.type)):
+        raise InvalidOptionError(f"{source} must be integers, found type {values.type}")
+    chunks = values.chunks if isinstance(values, pa.ChunkedArray) else [values]
+    plain = [to_plain(chunk) for chunk in chunks]
+    if not plain:
+        return np.zeros(0, dtype=np.int64)
+    ids = pa.chunked_array(plain)
+    if ids.null_count:
+        row = int(np.flatnonzero(ids.is_null().to_numpy(zero_copy_only=False))[0])
+        raise InvalidOptionError(f"{source} must not contain nulls, found one at row {row}")
+    return check_ids(ids.to_numpy(), num_subpartitions, source=source)
 
 
 def check_int(name: str, value: object, low: int, high: int | None = None) -> int:

@@ -5,11 +5,10 @@ from __future__ import annotations
 from typing import Any, ClassVar
 
 import numpy as np
-import pyarrow as pa
 
-from arrowshuffle.format.errors import InvalidOptionError
 from arrowshuffle.format.partitioners.base import (
     Batch,
+    arrow_ids,
     check_num_subpartitions,
     column,
     column_names,
@@ -52,27 +51,8 @@ class ColumnPartitioner:
     def assign(self, batch: Batch) -> np.ndarray:
         """The ids in column ``by``, checked."""
         values = column(batch, self.column, partitioner=self.name)
-        valid = f"[0, {self.num_subpartitions})"
-        if not pa.types.is_integer(values.type):
-            raise InvalidOptionError(
-                f"column {self.column!r} must hold integer subpartition ids in {valid}, "
-                f"found type {values.type}"
-            )
-        if values.null_count:
-            row = int(np.flatnonzero(values.is_null().to_numpy(zero_copy_only=False))[0])
-            raise InvalidOptionError(
-                f"column {self.column!r} has a null subpartition id at row {row}; every id must "
-                f"be an integer in {valid}"
-            )
-        ids: np.ndarray = values.to_numpy()
-        bad = (ids < 0) | (ids >= self.num_subpartitions)
-        if bad.any():
-            row = int(np.argmax(bad))
-            raise InvalidOptionError(
-                f"column {self.column!r} holds subpartition id {int(ids[row])} at row {row}, "
-                f"outside the valid range {valid}"
-            )
-        return ids.astype(np.int64, copy=False)
+        source = f"the subpartition ids in column {self.column!r}"
+        return arrow_ids(values, self.num_subpartitions, source=source).astype(np.int64, copy=False)
 
     @classmethod
     def from_spec(cls, spec: dict[str, Any], num_subpartitions: int) -> ColumnPartitioner:
