@@ -99,9 +99,8 @@ def _scatter_fixed(arr: pa.Array, width: int, dest: np.ndarray, kernels: GatherK
         per_row = width // np.dtype(word).itemsize
         values = _view(arr.buffers()[1], word, arr.offset * per_row, rows * per_row)
         buffer, out = _allocate(rows * width, word)
-        shape = (rows, per_row)
-        kernels.scatter_rows(values.reshape(shape), dest, out.reshape(shape))
-        out = out.reshape(shape)
+        out = out.reshape(rows, per_row)
+        kernels.scatter_rows(values.reshape(rows, per_row), dest, out)
     else:
         values = _view(arr.buffers()[1], word, arr.offset, rows)
         buffer, out = _allocate(rows * width, word)
