@@ -289,7 +289,9 @@ def test_writing_refuses_a_file_that_takes_nothing() -> None:
 )
 def test_ids_outside_the_subpartitions_are_named(tmp_path: Path, ids: np.ndarray, bad: int) -> None:
     writer = ash.ShuffleFileWriter(tmp_path / "w.arrow", SCHEMA, 4)
-    with pytest.raises(ash.InvalidOptionError, match=rf"id {bad} is outside \[0, 4\)"):
+    with pytest.raises(
+        ash.InvalidOptionError, match=rf"ids must be in \[0, 4\), found {bad} at row"
+    ):
         writer.write(table(len(ids)), subpartitions=ids)
     writer.write(table(2), subpartitions=np.array([1, 3], ">i4"))  # big-endian ids in range
     assert writer.close().rows == 2
