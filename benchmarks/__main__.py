@@ -400,7 +400,9 @@ NOTES = """## What each benchmark measures
   `Series.hash` / `DataFrame.hash_rows` of the same batches, both on every core (the thread counts
   are in the measure); and `ShuffleFileWriter.write(batch, subpartitions=ids)` of 4M rows
   (int64, float64, string) against a plain `pyarrow.ipc` write of the same batches. Each repeat runs
-  both sides back to back, alternating which goes first.
+  both sides back to back, alternating which goes first. With numba, also a new process's first
+  hash and sort (the compiled kernels loaded from numba's cache) against a new process that only
+  imports the same modules.
 * `reads` (`benchmarks/bench_reads.py`): one subpartition of a multi-file dataset read with
   arrowshuffle (pyarrow and polars), with polars `scan_ipc(...).filter(...)` over the same data
   files, and from a hive-partitioned Parquet copy (polars and pyarrow); then the same on moto's S3

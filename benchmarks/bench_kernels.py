@@ -21,6 +21,12 @@ use the same body compression: once uncompressed and once with the writer's defa
 (``--codecs``). With numba installed, the writer also runs with its compiled sort kernels off
 (``ARROWSHUFFLE_JIT=0``: pyarrow's ``take`` sorts), in the same rotation.
 
+Part 3, first use (with numba installed). A new Python process, as a Spark task's worker is,
+imports the package, hashes 20,000 rows by an int64 and a string key and sorts them with the
+writer's kernels; the peer is a new process that imports the same modules and stops. The
+difference is what a process pays to load the compiled kernels from numba's on-disk cache
+(filled by a first, untimed run). Wall time of the whole child process.
+
 Times are medians over ``--repeats`` with min and max; ratios are of medians taken in the same
 run. The load average before and after is recorded: other work on the machine slows both sides.
 """
@@ -30,6 +36,7 @@ from __future__ import annotations
 import argparse
 import os
 import platform
+import subprocess
 import sys
 import tempfile
 import time
@@ -249,6 +256,51 @@ def bench_writer(
     }
 
 
+_IMPORTS = """
+import numpy as np
+import pyarrow as pa
+from arrowshuffle.format import _gather_jit
+from arrowshuffle.format.gather import destinations, scatter_columns
+from arrowshuffle.format.partitioners import make_partitioner
+"""
+_FIRST_USE = """
+rng = np.random.default_rng(0)
+rows = 20000
+batch = pa.record_batch({
+    "k": pa.array(rng.integers(0, 1 << 40, rows)),
+    "s": pa.array(np.char.add("k", rng.integers(0, 10**6, rows).astype(str)).astype(object)),
+})
+ids = make_partitioner("hash", num_subpartitions=64, by=["k"]).assign(batch).astype(np.uint8)
+make_partitioner("hash", num_subpartitions=64, by=["s"]).assign(batch)
+kernels = _gather_jit.kernels()
+dest, counts = destinations(ids, 64, kernels)
+scatter_columns(batch, ids, dest, counts, kernels)
+"""
+
+
+def bench_first_use(repeats: int) -> dict[str, Any]:
+    """A new process's first hash and sort against a new process's imports alone."""
+
+    def child(code: str) -> Callable[[], None]:
+        def run() -> None:
+            env = {k: v for k, v in os.environ.items() if k != JIT_ENV}
+            # Run outside the repository: its folders would shadow the installed package.
+            subprocess.run(
+                [sys.executable, "-c", code], check=True, env=env, cwd=tempfile.gettempdir()
+            )
+
+        return run
+
+    first_use = child(_IMPORTS + _FIRST_USE)
+    first_use()  # fills numba's cache, as the first process on a machine does
+    mine, theirs = interleaved(first_use, child(_IMPORTS), repeats)
+    return {
+        "ours": {"name": "new process: imports, first hash and sort of 20,000 rows", **mine},
+        "peer": {"name": "new process: the same imports", **theirs},
+        "kernels_load_s": mine["median_s"] - theirs["median_s"],
+    }
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rows", type=int, default=2_000_000, help="rows hashed per repeat")
@@ -260,7 +312,9 @@ def main(argv: list[str] | None = None) -> int:
         default=f"none,{DEFAULT_COMPRESSION}",
         help="body compressions of the writer comparison, comma-separated (both sides use each)",
     )
-    parser.add_argument("--skip-hash", action="store_true", help="run the writer part only")
+    parser.add_argument(
+        "--skip-hash", action="store_true", help="run the writer part only (no hash, no first use)"
+    )
     parser.add_argument("--out", default="benchmarks/results/kernels.json")
     args = parser.parse_args(argv)
 
@@ -271,6 +325,7 @@ def main(argv: list[str] | None = None) -> int:
     threads = {"arrowshuffle": num_threads(), "polars": pl.thread_pool_size()}
     load_before = os.getloadavg()[0]
     hashes = [] if args.skip_hash else bench_hash(args.rows, args.repeats)
+    first_use = None if args.skip_hash or kernels() is None else bench_first_use(args.repeats)
     writers = [
         bench_writer(args.writer_rows, args.repeats, args.memory, codec)
         for codec in args.codecs.split(",")
@@ -300,6 +355,12 @@ def main(argv: list[str] | None = None) -> int:
                 f"  with ARROWSHUFFLE_JIT=0 (take sorts): {take_s:.3f} s = "
                 f"{plain_s / take_s:.2f}x plain; the kernels are {writer['x_take']:.2f}x as fast"
             )
+    if first_use is not None:
+        print(
+            f"first use in a new process: {first_use['ours']['median_s']:.2f} s vs "
+            f"{first_use['peer']['median_s']:.2f} s for its imports alone: the kernels load in "
+            f"{first_use['kernels_load_s']:.2f} s"
+        )
     report = {
         "benchmark": "kernels",
         "settings": {
@@ -320,6 +381,7 @@ def main(argv: list[str] | None = None) -> int:
             "load_average": {"before": load_before, "after": load_after},
         },
         "hash": hashes,
+        "first_use": first_use,
         # The first codec's comparison (none by default) under its historical key.
         "writer": writers[0],
         "writers": writers,

@@ -178,6 +178,17 @@ def kernel_figures(doc: dict[str, Any]) -> Iterator[Figure]:
             r["peer"]["name"],
             Stat.of(r["peer"]),
         )
+    first_use = doc.get("first_use")
+    if first_use:
+        yield Figure(
+            "kernels",
+            "a new process's first use of the compiled kernels (loaded from numba's cache)",
+            "s",
+            first_use["ours"]["name"],
+            Stat.of(first_use["ours"]),
+            first_use["peer"]["name"],
+            Stat.of(first_use["peer"]),
+        )
     for w in doc.get("writers", [doc["writer"]]):
         yield Figure(
             "kernels",
