@@ -50,9 +50,10 @@ class CompiledOnce(Generic[K]):
     def ready(self) -> K | None:
         """The kernels if they are built already; else None, and they are built on a thread.
 
-        For kernels that only save time: importing numba and loading the kernels costs about
-        half a second, more than they save on a small job, so the caller goes on with its
-        other kernels until these are ready.
+        For kernels that only save time: importing numba and loading the kernels from its
+        cache costs about a second (compiling them, the first time on a machine, several),
+        more than they save on a small job, so the caller goes on with its other kernels
+        until these are ready.
         """
         if os.environ.get(JIT_ENV, "1").strip() == "0":
             return None
