@@ -14,14 +14,16 @@ from typing import Any
 import numba
 import numpy as np
 
+# Murmur3's constants, from the numpy kernels the results must equal bit for bit.
+from arrowshuffle.format.partitioners.spark_hash import _C1 as C1
+from arrowshuffle.format.partitioners.spark_hash import _C2 as C2
+from arrowshuffle.format.partitioners.spark_hash import _FMIX1 as F1
+from arrowshuffle.format.partitioners.spark_hash import _FMIX2 as F2
+from arrowshuffle.format.partitioners.spark_hash import _H_ADD as H_ADD
+
 jit = numba.njit(nogil=True, cache=True, boundscheck=False)
 
 u32 = np.uint32
-C1 = u32(0xCC9E2D51)
-C2 = u32(0x1B873593)
-H_ADD = u32(0xE6546B64)
-F1 = u32(0x85EBCA6B)
-F2 = u32(0xC2B2AE35)
 
 
 # numba widens integer arithmetic to 64 bits; truncating every result back to uint32 is
