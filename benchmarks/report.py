@@ -163,43 +163,36 @@ def partitioner_figures(doc: dict[str, Any]) -> Iterator[Figure]:
         )
 
 
+def _named_pair(benchmark: str, measure: str, entry: dict[str, Any]) -> Figure:
+    """A timed figure from ``entry["ours"]`` and ``entry["peer"]``, each naming itself."""
+    ours, peer = entry["ours"], entry["peer"]
+    return Figure(benchmark, measure, "s", ours["name"], Stat.of(ours), peer["name"], Stat.of(peer))
+
+
 def kernel_figures(doc: dict[str, Any]) -> Iterator[Figure]:
     """bench_kernels: Spark's hash vs polars' hash; the writer with ids vs a plain IPC write."""
     threads = doc["settings"]["threads"]
     ours_threads = f"{threads['arrowshuffle']} threads"
     for r in doc["hash"]:
-        yield Figure(
+        yield _named_pair(
             "kernels",
             f"hash {r['rows']:,} rows, {r['key_set']} key ({ours_threads}, polars "
             f"{threads['polars']}): {r['x_polars']:.2f}x polars' rows/s",
-            "s",
-            r["ours"]["name"],
-            Stat.of(r["ours"]),
-            r["peer"]["name"],
-            Stat.of(r["peer"]),
+            r,
         )
-    first_use = doc.get("first_use")
-    if first_use:
-        yield Figure(
+    if doc.get("first_use"):
+        yield _named_pair(
             "kernels",
             "a new process's first use of the compiled kernels (loaded from numba's cache)",
-            "s",
-            first_use["ours"]["name"],
-            Stat.of(first_use["ours"]),
-            first_use["peer"]["name"],
-            Stat.of(first_use["peer"]),
+            doc["first_use"],
         )
     for w in doc.get("writers", [doc["writer"]]):
-        yield Figure(
+        yield _named_pair(
             "kernels",
             f"writer with ids given, {w['rows'] / 1e6:g}M rows int64/float64/string, "
             f"{w.get('compression', 'none')} ({ours_threads}): {w['x_plain']:.2f}x plain IPC's "
             "rows/s",
-            "s",
-            w["ours"]["name"],
-            Stat.of(w["ours"]),
-            w["peer"]["name"],
-            Stat.of(w["peer"]),
+            w,
         )
 
 
