@@ -48,7 +48,7 @@ class GatherKernels(NamedTuple):
     scatter_edges: Any
 
 
-def _kernels(numba: Any) -> GatherKernels:
+def _kernels() -> GatherKernels:
     # Imported here: the module imports numba, which is optional.
     from arrowshuffle.format import _gather_kernels as k
 

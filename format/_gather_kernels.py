@@ -106,12 +106,6 @@ def scatter_lengths(offsets: Any, bits: Any, bit_offset: Any, dest: Any, out_off
 
 
 @jit
-def copy_bytes(out: Any, to: Any, data: Any, start: Any, n: Any) -> None:
-    for t in range(n):
-        out[to + t] = data[start + t]
-
-
-@jit
 def scatter_words(
     offsets: Any, bits: Any, bit_offset: Any, data: Any, dest: Any, out_offsets: Any, out: Any
 ) -> Any:

@@ -12,7 +12,7 @@ import importlib.util
 import os
 import threading
 from collections.abc import Callable
-from typing import Any, Generic, TypeVar
+from typing import Generic, TypeVar
 
 __all__ = ["JIT_ENV", "CompiledOnce", "available"]
 
@@ -28,9 +28,9 @@ def available() -> bool:
 
 
 class CompiledOnce(Generic[K]):
-    """A kernel set built by ``build(numba)`` on first use; None without numba or when off."""
+    """A kernel set built by ``build()`` on first use; None without numba or when off."""
 
-    def __init__(self, build: Callable[[Any], K]) -> None:
+    def __init__(self, build: Callable[[], K]) -> None:
         self._build = build
         self._lock = threading.Lock()
         self._built: list[K | None] = []
@@ -68,7 +68,7 @@ class CompiledOnce(Generic[K]):
 
     def _load(self) -> K | None:
         try:
-            import numba
+            import numba  # noqa: F401  (only whether it imports: the builders' modules use it)
         except ImportError:
             return None
-        return self._build(numba)
+        return self._build()

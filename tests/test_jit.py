@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import Any
 
 import pytest
 
@@ -15,10 +14,10 @@ pytestmark = pytest.mark.skipif(not available(), reason="numba is not installed"
 
 def test_ready_returns_at_once_and_the_kernels_once_built() -> None:
     release = threading.Event()
-    builds: list[Any] = []
+    builds: list[str] = []
 
-    def build(numba: Any) -> str:
-        builds.append(numba)
+    def build() -> str:
+        builds.append("built")
         release.wait(10)
         return "kernels"
 
@@ -34,7 +33,7 @@ def test_ready_returns_at_once_and_the_kernels_once_built() -> None:
 
 
 def test_the_switch_turns_both_off(monkeypatch: pytest.MonkeyPatch) -> None:
-    loader = CompiledOnce(lambda numba: "kernels")
+    loader = CompiledOnce(lambda: "kernels")
     monkeypatch.setenv(JIT_ENV, "0")
     assert loader() is None
     assert loader.ready() is None

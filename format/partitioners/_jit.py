@@ -30,7 +30,7 @@ class Kernels(NamedTuple):
     hash_bytes: Any
 
 
-def _kernels(numba: Any) -> Kernels:
+def _kernels() -> Kernels:
     # Imported here: the module imports numba, which is optional.
     from arrowshuffle.format.partitioners import _hash_kernels as k
 
